@@ -1,0 +1,59 @@
+# ddtree-fleet: every entry point an operator or CI needs. Run as root (the lab uses namespaces).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+N ?=
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_HOME := $(CURDIR)/.ansible
+export XDG_CACHE_HOME := /tmp/ddtree-fleet-cache
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+APT_PACKAGES := systemd-container debootstrap iproute2 openssh-client patch python3-venv
+
+.PHONY: help deps lab-deps venv lab-up lab-down lab-status demo test test-unit test-lab lint clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+lab-deps:  ## install the OS packages the lab and the tests need (apt, as root)
+	@missing=""; for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+
+$(VENV)/.stamp: requirements.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.stamp  ## create the pinned controller toolchain in .venv/
+
+deps: lab-deps venv
+
+lab-up: deps  ## boot the lab fleet (N=<hosts> for more) and put the known-good NEXTN service on it
+	$(PY) lab/labctl.py up $(if $(N),--hosts $(N))
+	$(BIN)/ansible-playbook playbooks/lab_seed.yml $(if $(N),-i lab/inventory.py)
+
+lab-down:  ## stop the lab and remove everything it made
+	python3 lab/labctl.py down
+
+lab-status:  ## show the lab hosts
+	python3 lab/labctl.py status
+
+demo: lab-up  ## set up, boot the lab, run deploy_ddtree.yml on it, print what happened
+	bash lab/demo.sh
+
+test: deps  ## set up, then run every test (unit, lint, lab integration, molecule)
+	bash tests/run_all.sh
+
+test-unit: venv  ## only the unit tests (no lab needed)
+	$(BIN)/pytest -q tests/unit
+
+lint: venv  ## yamllint + ansible-lint (production profile) + ansible-doc for every module
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint --profile production
+	@for m in library/*.py; do n=$$(basename $$m .py); $(BIN)/ansible-doc -t module $$n >/dev/null || exit 1; done; echo "ansible-doc: all modules documented"
+
+clean: lab-down
+	rm -rf $(VENV) .ansible artifacts

@@ -1,0 +1,609 @@
+#!/usr/bin/env python3
+"""ddtree-fleet lab: GPU-less stand-ins for ct129 / ct200 as systemd-nspawn containers.
+
+Each lab host is a Debian 12 container booted with systemd as PID 1, with sshd, journald and a
+lab-only nvidia-smi, in its own network namespace reached over a veth pair:
+
+    root namespace   ddl<N>h  10.213.<N>.1/30  <-->  10.213.<N>.2/30  eth0  (netns ddl-<name>)
+
+The lab's package/model mirror listens on 10.213.0.1 (an address on the root namespace's lo),
+reached from every host through its veth gateway, as an air-gapped site's local mirror would be.
+
+Commands (run as root):
+  image            build the cached base rootfs (debootstrap) unless it is current
+  up [--hosts N]   build the image if needed, start the mirror, boot every host, wait until
+                   sshd answers and systemd reports running; idempotent
+  down             stop everything and remove every process, mount, netns, veth and cgroup
+                   the lab made, also after a crashed or interrupted run; idempotent
+  status           print the state of every host as JSON
+  mirror           (re)build the mirror tree only
+
+State lives outside the checkout: the image and download caches under $DDTREE_LAB_CACHE
+(default /var/cache/ddtree-lab), per-host roots, keys and PIDs under $DDTREE_LAB_STATE
+(default /var/lib/ddtree-lab).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LAB_DIR = Path(__file__).resolve().parent
+REPO = LAB_DIR.parent
+CACHE = Path(os.environ.get("DDTREE_LAB_CACHE", "/var/cache/ddtree-lab"))
+STATE = Path(os.environ.get("DDTREE_LAB_STATE", "/var/lib/ddtree-lab"))
+FLEET_FILE = LAB_DIR / "fleet.json"
+SUITE = "bookworm"
+# Every OS package the roles need on a host is baked in here: the hosts have no internet.
+PACKAGES = [
+    "systemd", "systemd-sysv", "dbus", "libpam-systemd", "python3", "python3-venv",
+    "python3-apt", "openssh-server", "sudo", "iproute2", "patch", "acl", "procps",
+    "ca-certificates", "curl", "less",
+]
+MIRROR_ADDR = "10.213.0.1"
+MIRROR_PORT = 8873
+SSH_DIR = STATE / "ssh"
+KEY = SSH_DIR / "id_ed25519"
+KNOWN_HOSTS = SSH_DIR / "known_hosts"
+
+
+def log(msg: str) -> None:
+    print(f"[lab {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run(cmd, check=True, capture=False, **kw):
+    if capture:
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+    res = subprocess.run(cmd, check=False, text=True, **kw)
+    if check and res.returncode != 0:
+        err = (res.stderr or "").strip() if capture else ""
+        raise SystemExit(f"lab: command failed ({res.returncode}): {' '.join(map(str, cmd))}\n{err}")
+    return res
+
+
+# ---------------------------------------------------------------- fleet definition
+
+def fleet(n_hosts: int | None = None) -> list[dict]:
+    data = json.loads(FLEET_FILE.read_text())
+    hosts = list(data["hosts"])
+    if n_hosts is not None and n_hosts > len(hosts):
+        # Extra hosts for scale tests alternate between the two architectures.
+        profiles = [h["profile"] for h in data["hosts"]]
+        for i in range(len(hosts), n_hosts):
+            hosts.append({"name": f"lab{i + 1:02d}", "index": i + 1, "profile": profiles[i % len(profiles)]})
+    elif n_hosts is not None:
+        hosts = hosts[:n_hosts]
+    for h in hosts:
+        prof = data["profiles"][h["profile"]]
+        h.update(arch_group=prof["arch_group"], gpus=prof["gpus"],
+                 addr=f"10.213.{h['index']}.2", gw=f"10.213.{h['index']}.1",
+                 netns=f"ddl-{h['name']}", veth_host=f"ddl{h['index']}h", veth_ct=f"ddl{h['index']}c",
+                 dir=STATE / "hosts" / h["name"])
+    return hosts
+
+
+def known_hosts_on_disk() -> list[dict]:
+    """Hosts that left state behind (possibly from a larger fleet or a crashed run)."""
+    names = {p.name for p in (STATE / "hosts").glob("*") if p.is_dir()} if (STATE / "hosts").exists() else set()
+    names |= {n[4:] for n in netns_list() if n.startswith("ddl-")}
+    hosts = {h["name"]: h for h in fleet(max(8, len(names) + 2))}
+    out = []
+    for name in sorted(names):
+        if name in hosts:
+            out.append(hosts[name])
+        else:  # unknown name: tear down what we can find by name
+            out.append({"name": name, "netns": f"ddl-{name}", "veth_host": None,
+                        "dir": STATE / "hosts" / name})
+    return out
+
+
+# ---------------------------------------------------------------- base image
+
+def recipe_text() -> str:
+    parts = [SUITE, " ".join(PACKAGES), (LAB_DIR / "image" / "nvidia-smi").read_text(),
+             inspect.getsource(customize)]
+    return "\n".join(parts)
+
+
+def recipe_hash() -> str:
+    return hashlib.sha256(recipe_text().encode()).hexdigest()[:12]
+
+
+def debian_mirror() -> str:
+    if os.environ.get("DDTREE_LAB_DEBIAN_MIRROR"):
+        return os.environ["DDTREE_LAB_DEBIAN_MIRROR"]
+    # Use the archive this machine's apt already uses (no host name is baked into the repo).
+    candidates = list(Path("/etc/apt").glob("sources.list.d/*.sources"))
+    for src in candidates:
+        for stanza in src.read_text().split("\n\n"):
+            if re.search(rf"^Suites:.*\b{SUITE}\b(?!-)", stanza, re.M) and "security" not in stanza:
+                m = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
+                if m:
+                    return m.group(1)
+    for src in [Path("/etc/apt/sources.list"), *Path("/etc/apt").glob("sources.list.d/*.list")]:
+        if src.exists():
+            for line in src.read_text().splitlines():
+                m = re.match(rf"deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+{SUITE}\s", line)
+                if m and "security" not in line:
+                    return m.group(1)
+    raise SystemExit("lab: no Debian archive found in /etc/apt; set DDTREE_LAB_DEBIAN_MIRROR")
+
+
+def image_dir() -> Path:
+    return CACHE / f"base-{recipe_hash()}"
+
+
+def build_image() -> Path:
+    target = image_dir()
+    rootfs = target / "rootfs"
+    if (target / "READY").exists():
+        log(f"base image {target.name} is current (cached)")
+        return rootfs
+    for tool in ("debootstrap", "systemd-nspawn", "ssh-keygen"):
+        if not shutil.which(tool):
+            raise SystemExit(f"lab: {tool} is missing; run `make lab-deps` (apt packages debootstrap, "
+                             "systemd-container, openssh-client)")
+    t0 = time.time()
+    tmp = CACHE / f".building-{recipe_hash()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    log(f"building base image {target.name} with debootstrap (about a minute)")
+    run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+         str(tmp / "rootfs"), debian_mirror()], stdout=subprocess.DEVNULL)
+    customize(tmp / "rootfs")
+    (tmp / "RECIPE").write_text(recipe_text())
+    (tmp / "READY").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    # Drop older images: only the current recipe is kept.
+    for old in CACHE.glob("base-*"):
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
+    log(f"base image built in {time.time() - t0:.0f}s")
+    return target / "rootfs"
+
+
+def customize(root: Path) -> None:
+    """Everything a bare debootstrap needs to become a lab host image."""
+    shutil.copy(LAB_DIR / "image" / "nvidia-smi", root / "usr/bin/nvidia-smi")
+    os.chmod(root / "usr/bin/nvidia-smi", 0o755)
+    (root / "etc/ddtree-lab").mkdir(exist_ok=True)
+    (root / "etc/ssh/sshd_config.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/ssh/sshd_config.d/10-lab.conf").write_text(
+        "# ddtree-fleet lab: key-only root login, no DNS lookups\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n")
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()  # every host gets its own keys
+    (root / "etc/machine-id").write_text("")
+    (root / "etc/hostname").write_text("lab\n")
+    # No console getty to wait on; no network managers (the lab configures eth0 from outside).
+    for unit in ("console-getty.service", "getty@tty1.service", "systemd-networkd-wait-online.service",
+                 "apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer"):
+        link = root / "etc/systemd/system" / unit
+        if not link.exists():
+            link.symlink_to("/dev/null")
+    (root / "etc/apt/apt.conf.d/99-lab-offline").write_text(
+        'Acquire::Retries "0";\nAPT::Periodic::Enable "0";\n')
+    (root / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
+
+
+# ---------------------------------------------------------------- mirror
+
+def build_mirror() -> Path:
+    """The lab's PyPI simple index (sglang wheel + stand-in) and model mirror, under CACHE."""
+    wheels = CACHE / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    mirror = CACHE / "mirror"
+    sg = list(wheels.glob("sglang-0.5.23-*.whl"))
+    if not sg:
+        log("downloading the real sglang==0.5.23 wheel (cached under %s)" % wheels)
+        run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), "sglang==0.5.23"])
+        sg = list(wheels.glob("sglang-0.5.23-*.whl"))
+    standin_dir = CACHE / "standin-build"
+    if standin_dir.exists():
+        shutil.rmtree(standin_dir)
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+         str(standin_dir), str(LAB_DIR / "standin")], stdout=subprocess.DEVNULL)
+    standin = list(standin_dir.glob("*.whl"))
+    simple = mirror / "simple"
+    if simple.exists():
+        shutil.rmtree(simple)
+    for whl in [*sg, *standin]:
+        project = re.sub(r"[-_.]+", "-", whl.name.split("-")[0]).lower()
+        pdir = simple / project
+        pdir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(whl, pdir / whl.name)
+        digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+        (pdir / "index.html").write_text(
+            f'<!DOCTYPE html><html><body><a href="{whl.name}#sha256={digest}">{whl.name}</a></body></html>\n')
+    (simple / "index.html").write_text("<!DOCTYPE html><html><body>" + "".join(
+        f'<a href="{p.name}/">{p.name}</a>' for p in sorted(simple.iterdir()) if p.is_dir()) + "</body></html>\n")
+    models = mirror / "models"
+    run([sys.executable, str(LAB_DIR / "mirror" / "make_models.py"), str(models)], stdout=subprocess.DEVNULL)
+    return mirror
+
+
+def mirror_pidfile() -> Path:
+    return STATE / "mirror.pid"
+
+
+def pid_alive(pid: int, needle: str) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_lo_addr() -> None:
+    out = run(["ip", "-o", "addr", "show", "dev", "lo"], capture=True).stdout
+    if f"{MIRROR_ADDR}/32" not in out:
+        run(["ip", "addr", "add", f"{MIRROR_ADDR}/32", "dev", "lo"])
+
+
+def start_mirror() -> None:
+    mirror = build_mirror()
+    ensure_lo_addr()
+    pid = read_pid(mirror_pidfile())
+    if pid and pid_alive(pid, "ddtree-lab-mirror"):
+        log(f"mirror already serving on http://{MIRROR_ADDR}:{MIRROR_PORT}/ (pid {pid})")
+        return
+    logf = open(STATE / "mirror.log", "ab")
+    proc = subprocess.Popen([sys.executable, str(LAB_DIR / "mirror" / "serve.py"), "--bind", MIRROR_ADDR,
+                             "--port", str(MIRROR_PORT), "--root", str(mirror), "--tag", "ddtree-lab-mirror"],
+                            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
+    mirror_pidfile().write_text(str(proc.pid))
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection((MIRROR_ADDR, MIRROR_PORT), timeout=1).close()
+            log(f"mirror serving {mirror} on http://{MIRROR_ADDR}:{MIRROR_PORT}/ (pid {proc.pid})")
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"lab: mirror did not start; see {STATE / 'mirror.log'}")
+
+
+def stop_mirror() -> None:
+    pid = read_pid(mirror_pidfile())
+    if pid and pid_alive(pid, "ddtree-lab-mirror"):
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            if not pid_alive(pid, "ddtree-lab-mirror"):
+                break
+            time.sleep(0.1)
+    mirror_pidfile().unlink(missing_ok=True)
+    out = run(["ip", "-o", "addr", "show", "dev", "lo"], capture=True).stdout
+    if f"{MIRROR_ADDR}/32" in out:
+        run(["ip", "addr", "del", f"{MIRROR_ADDR}/32", "dev", "lo"], check=False)
+
+
+# ---------------------------------------------------------------- hosts
+
+def netns_list() -> list[str]:
+    out = run(["ip", "netns", "list"], capture=True, check=False).stdout or ""
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def cgroup_dirs(name: str) -> list[Path]:
+    base = Path("/sys/fs/cgroup")
+    cg = f"ddtree-lab-{name}"
+    if (base / "unified").is_dir():  # hybrid: v2 at unified/, v1 name=systemd at systemd/
+        return [base / "unified" / cg, base / "systemd" / cg]
+    return [base / cg]
+
+
+def ensure_ssh_key() -> None:
+    SSH_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not KEY.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ddtree-lab", "-f", str(KEY)])
+
+
+def setup_network(h: dict) -> None:
+    ns = h["netns"]
+    if ns not in netns_list():
+        run(["ip", "netns", "add", ns])
+    links = run(["ip", "-o", "link", "show"], capture=True).stdout
+    if f" {h['veth_host']}@" not in links and f" {h['veth_host']}:" not in links:
+        run(["ip", "link", "add", h["veth_host"], "type", "veth", "peer", "name", h["veth_ct"]])
+        run(["ip", "link", "set", h["veth_ct"], "netns", ns])
+        run(["ip", "-n", ns, "link", "set", h["veth_ct"], "name", "eth0"])
+    out = run(["ip", "-o", "addr", "show", "dev", h["veth_host"]], capture=True).stdout
+    if f"{h['gw']}/30" not in out:
+        run(["ip", "addr", "add", f"{h['gw']}/30", "dev", h["veth_host"]])
+    run(["ip", "link", "set", h["veth_host"], "up"])
+    out = run(["ip", "-n", ns, "-o", "addr", "show", "dev", "eth0"], capture=True).stdout
+    if f"{h['addr']}/30" not in out:
+        run(["ip", "-n", ns, "addr", "add", f"{h['addr']}/30", "dev", "eth0"])
+    run(["ip", "-n", ns, "link", "set", "lo", "up"])
+    run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+    routes = run(["ip", "-n", ns, "route", "show"], capture=True).stdout
+    if "default" not in routes:
+        run(["ip", "-n", ns, "route", "add", "default", "via", h["gw"]])
+
+
+def prepare_root(h: dict, base: Path) -> Path:
+    d: Path = h["dir"]
+    merged = d / "root"
+    for sub in ("upper", "work", "root"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    if not os.path.ismount(merged):
+        run(["mount", "-t", "overlay", "overlay", "-o",
+             f"lowerdir={base},upperdir={d / 'upper'},workdir={d / 'work'}", str(merged)])
+    (merged / "etc/hostname").write_text(h["name"] + "\n")
+    mid = merged / "etc/machine-id"
+    if not mid.read_text().strip():
+        mid.write_text(secrets.token_hex(16) + "\n")
+    if not (merged / "etc/ssh/ssh_host_ed25519_key").exists():
+        run(["ssh-keygen", "-A", "-f", str(merged)], stdout=subprocess.DEVNULL)
+    ak = merged / "root/.ssh/authorized_keys"
+    ak.write_text(Path(str(KEY) + ".pub").read_text())
+    os.chmod(ak, 0o600)
+    (merged / "etc/ddtree-lab").mkdir(exist_ok=True)
+    (merged / "etc/ddtree-lab/gpus.csv").write_text(
+        "# name, compute_cap, memory.total [MiB], memory.used [MiB], driver_version (lab physics)\n"
+        + "".join(", ".join(str(x) for x in g) + "\n" for g in h["gpus"]))
+    hosts_file = merged / "etc/hosts"
+    text = hosts_file.read_text() if hosts_file.exists() else ""
+    if "ddtree-lab-mirror" not in text:
+        hosts_file.write_text(text + f"127.0.1.1\t{h['name']}\n{MIRROR_ADDR}\tddtree-lab-mirror\n")
+    return merged
+
+
+def host_pid(h: dict) -> int | None:
+    pid = read_pid(h["dir"] / "nspawn.pid")
+    return pid if pid and pid_alive(pid, f"-M {h['name']} ") else None
+
+
+def boot(h: dict, merged: Path) -> int:
+    cgs = cgroup_dirs(h["name"])
+    for cg in cgs:
+        cg.mkdir(exist_ok=True)
+
+    def into_cgroup():
+        os.setsid()
+        for cg in cgs:
+            (cg / "cgroup.procs").write_text(str(os.getpid()))
+
+    logf = open(h["dir"] / "console.log", "ab")
+    cmd = ["systemd-nspawn", "-q", "--register=no", "--keep-unit", "-D", str(merged), "-M", h["name"],
+           f"--hostname={h['name']}", f"--network-namespace-path=/run/netns/{h['netns']}",
+           "--console=pipe", "-b"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, preexec_fn=into_cgroup)
+    (h["dir"] / "nspawn.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def ssh_cmd(h: dict, *remote: str, timeout: int = 10) -> list[str]:
+    return ["ssh", "-i", str(KEY), "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={KNOWN_HOSTS}",
+            "-o", "StrictHostKeyChecking=yes", "-o", f"ConnectTimeout={timeout}", f"root@{h['addr']}", *remote]
+
+
+def write_known_hosts(hosts: list[dict]) -> None:
+    lines = []
+    if KNOWN_HOSTS.exists():
+        mine = {h["addr"] for h in hosts} | {h["name"] for h in hosts}
+        lines = [l for l in KNOWN_HOSTS.read_text().splitlines() if l.split(" ")[0].split(",")[0] not in mine]
+    for h in hosts:
+        pub = (h["dir"] / "root/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
+        lines.append(f"{h['addr']},{h['name']} {pub[0]} {pub[1]}")
+    KNOWN_HOSTS.write_text("\n".join(lines) + "\n")
+
+
+def wait_ready(h: dict, pid: int, timeout: float = 90) -> float:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if not pid_alive(pid, f"-M {h['name']} "):
+            raise SystemExit(f"lab: {h['name']} exited during boot; see {h['dir'] / 'console.log'}")
+        try:
+            with socket.create_connection((h["addr"], 22), timeout=1) as s:
+                s.settimeout(2)
+                if s.recv(64).startswith(b"SSH-"):
+                    break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        raise SystemExit(f"lab: {h['name']}: sshd did not answer on {h['addr']}:22 within {timeout:.0f}s")
+    res = run(ssh_cmd(h, "systemctl", "is-system-running", "--wait"), capture=True, check=False,
+              timeout=max(10, timeout - (time.time() - t0)))
+    state = res.stdout.strip()
+    if state != "running":
+        failed = run(ssh_cmd(h, "systemctl", "--failed", "--no-legend"), capture=True, check=False).stdout
+        raise SystemExit(f"lab: {h['name']}: systemd is {state or 'unreachable'}: {res.stderr.strip()}\n{failed}")
+    return time.time() - t0
+
+
+def up(n_hosts: int | None) -> None:
+    if os.geteuid() != 0:
+        raise SystemExit("lab: must run as root (network namespaces, mounts, nspawn)")
+    t0 = time.time()
+    hosts = fleet(n_hosts)
+    base = build_image()
+    ensure_ssh_key()
+    start_mirror()
+    booted = []
+    for h in hosts:
+        pid = host_pid(h)
+        if pid:
+            log(f"{h['name']}: already running (pid {pid})")
+            booted.append((h, pid))
+            continue
+        teardown_host(h, quiet=True)  # leftovers of a crashed run
+        setup_network(h)
+        merged = prepare_root(h, base)
+        pid = boot(h, merged)
+        booted.append((h, pid))
+        log(f"{h['name']}: booting ({h['arch_group']}, {len(h['gpus'])} GPUs, {h['addr']}, pid {pid})")
+    write_known_hosts(hosts)
+    for h, pid in booted:
+        took = wait_ready(h, pid)
+        log(f"{h['name']}: systemd running, sshd up ({took:.1f}s)")
+    write_inventory_hosts(hosts)
+    log(f"lab up: {', '.join(h['name'] for h in hosts)} in {time.time() - t0:.1f}s")
+
+
+def write_inventory_hosts(hosts: list[dict]) -> None:
+    """Facts other tools read: the lab's hosts, addresses and key (not the Ansible inventory)."""
+    (STATE / "hosts.json").write_text(json.dumps(
+        [{"name": h["name"], "address": h["addr"], "arch_group": h["arch_group"], "gpus": len(h["gpus"]),
+          "identity_file": str(KEY), "known_hosts": str(KNOWN_HOSTS)} for h in hosts], indent=2) + "\n")
+
+
+def kill_cgroup(cg: Path) -> None:
+    if not cg.exists():
+        return
+    if (cg / "cgroup.kill").exists():
+        try:
+            (cg / "cgroup.kill").write_text("1")
+        except OSError:
+            pass
+    else:
+        for procs in cg.rglob("cgroup.procs"):
+            for pid in procs.read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
+
+def rm_cgroup(cg: Path) -> None:
+    if not cg.exists():
+        return
+    for _ in range(50):
+        dirs = sorted((p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        try:
+            for d in dirs + [cg]:
+                d.rmdir()
+            return
+        except OSError:
+            kill_cgroup(cg)
+            time.sleep(0.1)
+    log(f"warning: could not remove cgroup {cg}")
+
+
+def teardown_host(h: dict, quiet: bool = False) -> None:
+    d: Path = h["dir"]
+    pid = read_pid(d / "nspawn.pid")
+    if pid and pid_alive(pid, f"-M {h['name']} "):
+        os.kill(pid, signal.SIGTERM)  # orderly poweroff of the container
+        deadline = time.time() + 15
+        while time.time() < deadline and pid_alive(pid, f"-M {h['name']} "):
+            time.sleep(0.1)
+        if pid_alive(pid, f"-M {h['name']} "):
+            os.kill(pid, signal.SIGKILL)
+    for cg in cgroup_dirs(h["name"]):
+        kill_cgroup(cg)
+    for cg in cgroup_dirs(h["name"]):
+        rm_cgroup(cg)
+    merged = d / "root"
+    for _ in range(20):
+        if not os.path.ismount(merged):
+            break
+        if run(["umount", str(merged)], check=False, capture=True).returncode != 0:
+            time.sleep(0.2)
+    if os.path.ismount(merged):
+        run(["umount", "-l", str(merged)], check=False)
+    if h.get("veth_host"):
+        run(["ip", "link", "del", h["veth_host"]], check=False, capture=True)
+    if h["netns"] in netns_list():
+        run(["ip", "netns", "del", h["netns"]], check=False)
+    shutil.rmtree(Path("/run/systemd/nspawn/propagate") / h["name"], ignore_errors=True)
+    if d.exists():
+        shutil.rmtree(d, ignore_errors=True)
+    if not quiet:
+        log(f"{h['name']}: down")
+
+
+def down() -> None:
+    if os.geteuid() != 0:
+        raise SystemExit("lab: must run as root")
+    hosts = {h["name"]: h for h in fleet()}
+    for h in known_hosts_on_disk():
+        hosts[h["name"]] = h
+    for h in hosts.values():
+        teardown_host(h, quiet=not h["dir"].exists() and h["netns"] not in netns_list())
+    stop_mirror()
+    (STATE / "hosts.json").unlink(missing_ok=True)
+    leftovers = leftover_report()
+    if leftovers:
+        raise SystemExit("lab: down left things behind:\n  " + "\n  ".join(leftovers))
+    log("lab down: no container process, mount, netns, veth or cgroup left")
+
+
+def leftover_report() -> list[str]:
+    left = []
+    left += [f"netns {n}" for n in netns_list() if n.startswith("ddl-")]
+    links = run(["ip", "-o", "link", "show"], capture=True).stdout
+    left += [f"veth {m}" for m in re.findall(r"^\d+: (ddl\d+[hc])[@:]", links, re.M)]
+    mounts = Path("/proc/self/mounts").read_text()
+    left += [f"mount {line.split()[1]}" for line in mounts.splitlines() if str(STATE / "hosts") in line]
+    for base in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup")):
+        if base.is_dir():
+            left += [f"cgroup {p}" for p in base.glob("ddtree-lab-*")]
+    out = run(["pgrep", "-af", "systemd-nspawn .*--register=no"], capture=True, check=False).stdout or ""
+    left += [f"process {line}" for line in out.splitlines() if " -M " in line and "ddtree-lab" not in line
+             and any(f"-M {n} " in line for n in [h["name"] for h in fleet(8)])]
+    pid = read_pid(mirror_pidfile())
+    if pid and pid_alive(pid, "ddtree-lab-mirror"):
+        left.append(f"mirror process {pid}")
+    return left
+
+
+def status() -> None:
+    out = []
+    for h in fleet():
+        pid = host_pid(h)
+        out.append({"name": h["name"], "address": h["addr"], "running": bool(pid), "pid": pid,
+                    "arch_group": h["arch_group"]})
+    print(json.dumps({"hosts": out, "mirror": f"http://{MIRROR_ADDR}:{MIRROR_PORT}/",
+                      "image": str(image_dir()), "image_ready": (image_dir() / "READY").exists(),
+                      "leftovers_if_down": leftover_report() if not any(o["running"] for o in out) else []},
+                     indent=2))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("image")
+    p_up = sub.add_parser("up")
+    p_up.add_argument("--hosts", type=int, default=None, help="number of hosts (default: lab/fleet.json)")
+    sub.add_parser("down")
+    sub.add_parser("status")
+    sub.add_parser("mirror")
+    args = ap.parse_args()
+    STATE.mkdir(parents=True, exist_ok=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    if args.cmd == "image":
+        build_image()
+    elif args.cmd == "up":
+        up(args.hosts)
+    elif args.cmd == "down":
+        down()
+    elif args.cmd == "status":
+        status()
+    elif args.cmd == "mirror":
+        build_mirror()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Command line of the stand-in: the real sglang 0.5.23 launch_server parser, rebuilt from data.
+
+The flag list is ``sglang-0.5.23-cli.json`` (package data; see README.md next to it for its
+provenance: it was dumped from the argparse parser of the real sglang 0.5.23 wheel).  The JSON
+has no types, so values are converted like this:
+
+* dests the stand-in itself uses have an explicit type (``KNOWN_TYPES``);
+* integer choices (e.g. ``--log-requests-level``) convert to int so the choices match;
+* otherwise the type is inferred from the default: an int default gets a lenient number
+  converter (int, or float when the text is not an integer), a float default gets float;
+* everything else stays a string.
+
+``build_parser()`` and ``parse_args(argv)`` are the public API; other tests reuse them to
+validate rendered command lines.  Errors behave like argparse in the real server: exit 2 with
+``ambiguous option``, ``unrecognized arguments`` or ``invalid choice``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from importlib import resources
+from typing import Any, Iterable, Sequence
+
+CLI_JSON_NAME = "sglang-0.5.23-cli.json"
+PROG = "launch_server.py"
+
+# Flags whose value the stand-in reads; types as in the real ServerArgs annotations.
+KNOWN_TYPES: dict[str, Any] = {
+    "port": int,
+    "tp_size": int,
+    "dp_size": int,
+    "base_gpu_id": int,
+    "mem_fraction_static": float,
+    "max_running_requests": int,
+    "max_queued_requests": int,
+    "context_length": int,
+    "cuda_graph_max_bs_decode": int,
+    "cuda_graph_max_bs_prefill": int,
+    "cuda_graph_bs_decode": int,
+    "cuda_graph_bs_prefill": int,
+    "speculative_num_steps": int,
+    "speculative_eagle_topk": int,
+    "speculative_num_draft_tokens": int,
+    "speculative_dflash_block_size": int,
+    "watchdog_timeout": float,
+}
+
+# Extra flag understood only when the installed sglang source is a fork that has it
+# (DDTree riding on DFLASH, "the second style"; see physics.SourceState.ddtree_flag_known).
+DDTREE_FORK_FLAG = "--speculative-dflash-enable-ddtree"
+
+SECRET_DESTS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+
+
+def load_actions() -> dict:
+    """The parsed JSON document ({"sglang_version", "source", "actions": [...]})."""
+    text = resources.files(__package__).joinpath(CLI_JSON_NAME).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _number(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+_number.__name__ = "int"
+
+
+def _type_for(action: dict, default: Any):
+    dest = action["dest"]
+    if dest in KNOWN_TYPES:
+        return KNOWN_TYPES[dest]
+    choices = action.get("choices")
+    if choices and all(isinstance(c, int) and not isinstance(c, bool) for c in choices):
+        return int
+    if isinstance(default, bool) or default is None:
+        return None
+    if isinstance(default, int):
+        return _number
+    if isinstance(default, float):
+        return float
+    return None
+
+
+def _warn_deprecated(option_string: str) -> None:
+    print(f"'{option_string}' is deprecated and will be removed in a future release.",
+          file=sys.stderr, flush=True)
+
+
+class DeprecatedStoreTrueAction(argparse.Action):
+    """Stores True and warns, like sglang's action of the same name."""
+
+    def __init__(self, option_strings, dest, nargs=0, const=True, default=False, **kw):
+        super().__init__(option_strings, dest, nargs=nargs, const=const, default=default, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _warn_deprecated(option_string)
+        setattr(namespace, self.dest, True)
+
+
+class DeprecatedStoreConstAction(argparse.Action):
+    """Old valued flag whose single accepted value became a boolean (``--monokernel-backend amd``)."""
+
+    def __init__(self, option_strings, dest, const_value=True, **kw):
+        self.const_value = const_value
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _warn_deprecated(option_string)
+        setattr(namespace, self.dest, self.const_value)
+
+
+class LoRAPathAction(argparse.Action):
+    """``--lora-paths``: a list of paths or JSON objects with lora_name/lora_path."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        out = []
+        for item in values or []:
+            item = item.strip()
+            if item.startswith("{") and item.endswith("}"):
+                try:
+                    obj = json.loads(item)
+                except ValueError as exc:
+                    parser.error(f"argument {option_string}: invalid JSON {item!r}: {exc}")
+                if not isinstance(obj, dict) or "lora_path" not in obj or "lora_name" not in obj:
+                    parser.error(f"argument {option_string}: {item!r} needs 'lora_name' and 'lora_path'")
+                out.append(obj)
+            else:
+                out.append(item)
+        setattr(namespace, self.dest, out)
+
+
+def _add_action(parser: argparse.ArgumentParser, action: dict) -> None:
+    kind = action["kind"]
+    flags = list(action["flags"])
+    dest = action["dest"]
+    default = _literal(action["default"])
+    choices = action.get("choices")
+    nargs = action.get("nargs")
+    if kind == "_HelpAction":
+        return  # add_help=True already created -h/--help
+    if kind == "_StoreTrueAction":
+        parser.add_argument(*flags, dest=dest, action="store_true", default=default)
+    elif kind == "BooleanOptionalAction":
+        positive = [f for f in flags if not f.startswith("--no-")]
+        parser.add_argument(*positive, dest=dest, action=argparse.BooleanOptionalAction,
+                            default=default)
+    elif kind == "DeprecatedStoreTrueAction":
+        parser.add_argument(*flags, dest=dest, action=DeprecatedStoreTrueAction, default=default)
+    elif kind == "DeprecatedStoreConstAction":
+        parser.add_argument(*flags, dest=dest, action=DeprecatedStoreConstAction,
+                            default=default, choices=choices, nargs=nargs)
+    elif kind == "LoRAPathAction":
+        parser.add_argument(*flags, dest=dest, action=LoRAPathAction, default=default,
+                            nargs=nargs)
+    elif kind == "_StoreAction":
+        kwargs: dict[str, Any] = {"dest": dest, "default": default}
+        typ = _type_for(action, default)
+        if typ is not None:
+            kwargs["type"] = typ
+        if choices is not None:
+            kwargs["choices"] = choices
+        if nargs is not None:
+            kwargs["nargs"] = nargs
+        parser.add_argument(*flags, **kwargs)
+    else:  # pragma: no cover - the JSON has no other kinds
+        raise ValueError(f"unsupported action kind {kind!r} for {flags}")
+
+
+def build_parser(extra_flags: Iterable[str] = ()) -> argparse.ArgumentParser:
+    """An argparse parser with every action of the real 0.5.23 launch_server parser.
+
+    ``extra_flags`` may contain ``DDTREE_FORK_FLAG`` (store_true) when the installed sglang
+    source is a fork that defines it.
+    """
+    parser = argparse.ArgumentParser(prog=PROG, allow_abbrev=True, add_help=True)
+    for action in load_actions()["actions"]:
+        _add_action(parser, action)
+    for flag in extra_flags:
+        if flag != DDTREE_FORK_FLAG:
+            raise ValueError(f"unknown extra flag {flag}")
+        parser.add_argument(flag, dest=flag.lstrip("-").replace("-", "_"), action="store_true",
+                            default=False)
+    return parser
+
+
+def parse_args(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> argparse.Namespace:
+    """Parse a launch_server argument list; SystemExit(2) on anything the real parser rejects."""
+    return build_parser(extra_flags).parse_args(list(argv))
+
+
+def redacted(args: argparse.Namespace) -> dict:
+    """The args as a dict with secrets replaced by '***' (None stays None)."""
+    out = dict(vars(args))
+    for dest in SECRET_DESTS:
+        if out.get(dest) is not None:
+            out[dest] = "***"
+    return out
+
+
+def server_args_repr(args: argparse.Namespace) -> str:
+    """``ServerArgs(model_path='...', ...)`` like the real start-up log line, secrets redacted."""
+    items = ", ".join(f"{k}={v!r}" for k, v in redacted(args).items())
+    return f"ServerArgs({items})"

@@ -1,0 +1,81 @@
+"""Lab fault switches and timing knobs, read from the environment (the lab unit's EnvironmentFile).
+
+DDTREE_LAB_FAULT            none | hang_midstream | http_500 | crash_on_first_request |
+                            garbage_fast | slow_text | unhealthy_after:SECONDS | never_healthy
+DDTREE_LAB_RATE_SCALE       float multiplier on every token rate (and prefill speed); default 1.0
+DDTREE_LAB_STARTUP_SECONDS  port stays closed this long (default 2.0)
+DDTREE_LAB_WARMUP_SECONDS   warm-up after the port opens, health 503 meanwhile (default 1.0)
+DDTREE_LAB_DEBUG            "1": log a "[lab] physics:" summary line at start-up
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+FAULT_KINDS = ("none", "hang_midstream", "http_500", "crash_on_first_request", "garbage_fast",
+               "slow_text", "unhealthy_after", "never_healthy")
+
+GARBAGE_RATE = 250.0   # tokens/s of garbage_fast (before rate scale)
+SLOW_TEXT_RATE = 0.5   # tokens/s of slow_text (before rate scale)
+HANG_AFTER_TOKENS = 3  # hang_midstream: tokens sent before the stream stalls forever
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str = "none"
+    seconds: Optional[float] = None   # for unhealthy_after
+
+
+def parse_fault(value: Optional[str]) -> Fault:
+    text = (value or "none").strip()
+    if not text:
+        return Fault()
+    kind, sep, arg = text.partition(":")
+    kind = kind.strip().lower()
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"unknown DDTREE_LAB_FAULT {value!r}; expected one of {', '.join(FAULT_KINDS)}")
+    if kind == "unhealthy_after":
+        if not sep:
+            raise ValueError("DDTREE_LAB_FAULT unhealthy_after needs seconds, e.g. unhealthy_after:30")
+        seconds = float(arg)
+        if seconds < 0:
+            raise ValueError("unhealthy_after seconds must be >= 0")
+        return Fault(kind, seconds)
+    if sep:
+        raise ValueError(f"DDTREE_LAB_FAULT {kind} takes no argument")
+    return Fault(kind)
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = float(raw)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0")
+    return value
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    fault: Fault
+    rate_scale: float
+    startup_seconds: float
+    warmup_seconds: float
+    debug: bool
+
+
+def load_config(env: Optional[Mapping[str, str]] = None) -> LabConfig:
+    env = os.environ if env is None else env
+    scale = _float(env, "DDTREE_LAB_RATE_SCALE", 1.0)
+    if scale <= 0:
+        raise ValueError("DDTREE_LAB_RATE_SCALE must be > 0")
+    return LabConfig(
+        fault=parse_fault(env.get("DDTREE_LAB_FAULT")),
+        rate_scale=scale,
+        startup_seconds=_float(env, "DDTREE_LAB_STARTUP_SECONDS", 2.0),
+        warmup_seconds=_float(env, "DDTREE_LAB_WARMUP_SECONDS", 1.0),
+        debug=env.get("DDTREE_LAB_DEBUG", "") not in ("", "0", "false", "no"),
+    )

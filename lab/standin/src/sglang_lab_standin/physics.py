@@ -1,0 +1,484 @@
+"""Lab physics: what a real SGLang 0.5.23 server would do on this host with these flags.
+
+One table, documented row by row in docs/lab-physics.md.  Everything here is a pure function
+of three inputs, except the two small probes at the bottom that gather the inputs:
+
+1. the host GPUs (``nvidia-smi --query-gpu=name,compute_cap,memory.total
+   --format=csv,noheader,nounits``; env ``DDTREE_LAB_NVIDIA_SMI`` overrides the executable);
+2. the parsed flags (an argparse Namespace or a plain mapping of dest -> value);
+3. the installed sglang *source* state (never imported: torch is absent).
+
+``decide(gpus, args, source)`` returns a ``Behaviour``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+GIB = 1024 ** 3
+
+# --------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------
+
+# The lab model: a 27B dense bf16 target (Qwen-style, hidden 5120).
+MODEL = {
+    "name": "lab-27b-bf16",
+    "architecture": "Qwen3ForCausalLM",
+    "model_type": "qwen3",
+    "weights_gib": 54.0,            # 27e9 params x 2 bytes
+    "hidden_size": 5120,
+    "kv_bytes_per_token": 262144,   # 64 layers x 4 kv heads x 256 head dim x 2 (K,V) x 2 bytes
+    "context_length": 262144,
+    "eos_token_id": 151645,
+    "vocab_size": 151936,
+}
+
+# The DFLASH draft used with DDTREE: captures 5 target layers -> 5 x 5120 features.
+DFLASH_DRAFT = {"target_layer_ids": (1, 16, 31, 46, 61)}
+
+# Memory rules.
+RESERVE_BASE_GIB = 3.0             # non-static memory needed at minimum (activations, NCCL, ...)
+RESERVE_PER_GRAPH_BS_GIB = 0.02    # extra per decode CUDA-graph batch size when graphs are on
+AUTO_MEM_FRACTION = ((48 * 1024, 0.85), (None, 0.90))   # (max MiB inclusive, fraction)
+AUTO_CUDA_GRAPH_MAX_BS = ((48 * 1024, 32), (None, 64))  # (max MiB inclusive, bs)
+DEFAULT_MAX_RUNNING_REQUESTS = 64
+DFLASH_MAX_RUNNING_REQUESTS = 48   # real 0.5.23: DFLASH sets 48 when unset
+
+# Decode rates of ONE request stream in tokens/s at tp=1 with decode CUDA graphs on.
+# Columns: NONE (no speculation), EAGLE (EAGLE/EAGLE3/NEXTN/FROZEN_KV_MTP), STANDALONE,
+# NGRAM, DFLASH (also DSPARK, UNO).  DDTREE = DDTREE_SPEEDUP x DFLASH.
+BASE_RATES = {
+    "sm80": {"NONE": 26.0, "EAGLE": 44.0, "STANDALONE": 38.0, "NGRAM": 32.0, "DFLASH": 53.0},
+    "sm86": {"NONE": 24.0, "EAGLE": 40.0, "STANDALONE": 34.0, "NGRAM": 30.0, "DFLASH": 48.0},
+    "sm89": {"NONE": 28.0, "EAGLE": 46.0, "STANDALONE": 40.0, "NGRAM": 34.0, "DFLASH": 56.0},
+    "sm90": {"NONE": 52.0, "EAGLE": 110.0, "STANDALONE": 92.0, "NGRAM": 66.0, "DFLASH": 138.0},
+    "sm100": {"NONE": 60.0, "EAGLE": 128.0, "STANDALONE": 106.0, "NGRAM": 76.0, "DFLASH": 160.0},
+    "sm120": {"NONE": 46.0, "EAGLE": 96.0, "STANDALONE": 80.0, "NGRAM": 58.0, "DFLASH": 120.0},
+}
+FALLBACK_ARCH = "sm86"
+DDTREE_SPEEDUP = 1.24
+CUDA_GRAPH_OFF_FACTOR = 0.7        # decode CUDA graphs disabled
+TP_GAIN_PER_DOUBLING = 0.08        # rate x (1 + 0.08 * log2(tp))
+BATCH_PENALTY_PER_EXTRA_REQ = 0.04  # per-stream rate / (1 + 0.04 * (running - 1))
+PREFILL_TOKENS_PER_S = 8000.0      # time to first token = 0.01 s + prompt / this (x scale)
+
+# Speculative acceptance per family: (accept length, accept rate).
+ACCEPT = {
+    "NONE": (None, None),
+    "EAGLE": (3.1, 0.70),
+    "STANDALONE": (2.6, 0.53),
+    "NGRAM": (1.8, 0.27),
+    "DFLASH": (4.2, 0.21),
+    "DDTREE": (5.2, 0.27),
+}
+
+# DDTREE with DFLASH-family support on sm86: every verify step yields NaN logits -> token 0 "!".
+BANG_ARCHES = ("sm86",)
+BANG_RATE = 0.057                  # tokens/s (one "!" every ~17.5 s)
+BANG_ACCEPT = (1.0, 0.02)
+
+# Algorithms the unpatched 0.5.23 source knows (SpeculativeAlgorithm members + alias NEXTN).
+BUILTIN_ALGORITHMS = {
+    "EAGLE": "EAGLE", "EAGLE3": "EAGLE", "NEXTN": "EAGLE", "FROZEN_KV_MTP": "EAGLE",
+    "STANDALONE": "STANDALONE", "NGRAM": "NGRAM",
+    "DFLASH": "DFLASH", "DSPARK": "DFLASH", "UNO": "DFLASH",
+}
+ALGORITHM_ALIASES = {"NEXTN": "EAGLE"}
+
+# Files (under sglang/srt) that must all mention DDTREE for DDTREE to be treated as DFLASH.
+DDTREE_DFLASH_FILES = (
+    "speculative/spec_info.py",
+    "speculative/spec_utils.py",
+    "arg_groups/validation_hook.py",
+    "arg_groups/kv_cache_hook.py",
+    "arg_groups/speculative_hook.py",
+    "arg_groups/lora_hook.py",
+    "mem_cache/kv_cache_configurator.py",
+)
+SPEC_INFO_FILE = "speculative/spec_info.py"
+DDTREE_FLAG_FILE = "arg_groups/fields/spec.py"
+DDTREE_FLAG_MARKER = "speculative_dflash_enable_ddtree"
+
+# Attention backends per architecture (others are not checked).
+ATTENTION_ARCHES = {
+    "fa3": ("sm80", "sm86", "sm89", "sm90"),
+    "trtllm_mha": ("sm90", "sm100", "sm120"),
+}
+
+DIM_MISMATCH_MESSAGE = (
+    "DFLASH target_hidden feature dim mismatch: got {got}, expected {expected} "
+    "({layers} target layers x hidden {hidden})"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Data types
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    compute_cap: str
+    memory_mib: int
+
+    @property
+    def arch(self) -> str:
+        major, _, minor = self.compute_cap.strip().partition(".")
+        return f"sm{int(major)}{int(minor or 0)}"
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / 1024.0
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """What the installed sglang source tree knows about DDTREE (files only, never imported)."""
+
+    found: bool = True
+    path: Optional[str] = None
+    ddtree_known: bool = False
+    files_with_ddtree: tuple = ()
+    files_missing_ddtree: tuple = DDTREE_DFLASH_FILES
+    ddtree_flag_known: bool = False
+
+    @property
+    def ddtree_dflash_family(self) -> bool:
+        return self.ddtree_known and not self.files_missing_ddtree
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    outcome: str                          # "serve" or "crash"
+    crash_phase: Optional[str] = None     # "args" | "spawn" | "load_weights" | "memory_pool" | "cuda_graph"
+    crash_lines: tuple = ()               # traceback lines printed on crash (last one = the error)
+    exit_code: int = 0
+    algorithm: Optional[str] = None       # as given (upper case), e.g. "NEXTN", "DDTREE"
+    family: str = "NONE"                  # rate/accept column: NONE, EAGLE, ..., DFLASH, DDTREE
+    arch: str = FALLBACK_ARCH
+    gpu_name: str = ""
+    gpu_count: int = 0
+    tp_size: int = 1
+    gpu_memory_gib: float = 0.0
+    mem_fraction_static: float = 0.0
+    cuda_graph_decode: bool = True
+    cuda_graph_max_bs_decode: int = 0
+    max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS
+    weights_per_gpu_gib: float = 0.0
+    kv_cache_gib: float = 0.0
+    token_capacity: int = 0
+    graph_mem_gib: float = 0.0
+    text_mode: str = "correct"            # "correct" | "bang"
+    tokens_per_second: float = 0.0        # one stream, before DDTREE_LAB_RATE_SCALE
+    accept_length: Optional[float] = None
+    accept_rate: Optional[float] = None
+    first_request_crash: Optional[str] = None   # error line that kills the process on 1st request
+    notes: tuple = field(default_factory=tuple)
+
+    @property
+    def serves(self) -> bool:
+        return self.outcome == "serve"
+
+
+# --------------------------------------------------------------------------------------------
+# Pure rules
+# --------------------------------------------------------------------------------------------
+
+def _get(args: Any, name: str, default: Any = None) -> Any:
+    if isinstance(args, Mapping):
+        value = args.get(name, default)
+    else:
+        value = getattr(args, name, default)
+    return default if value is None else value
+
+
+def _by_memory(table, memory_mib: float):
+    for limit, value in table:
+        if limit is None or memory_mib <= limit:
+            return value
+    raise AssertionError("table must end with a None row")
+
+
+def auto_mem_fraction_static(memory_mib: float) -> float:
+    return _by_memory(AUTO_MEM_FRACTION, memory_mib)
+
+
+def tp_factor(tp_size: int) -> float:
+    return 1.0 + TP_GAIN_PER_DOUBLING * math.log2(max(1, tp_size))
+
+
+def per_stream_rate(rate: float, running: int) -> float:
+    """Rate of one stream while ``running`` requests decode together (mild batching penalty)."""
+    return rate / (1.0 + BATCH_PENALTY_PER_EXTRA_REQ * max(0, running - 1))
+
+
+def decode_cuda_graph_enabled(args: Any) -> bool:
+    if _get(args, "cuda_graph_backend_decode") == "disabled":
+        return False
+    return not (_get(args, "disable_cuda_graph", False) or _get(args, "disable_decode_cuda_graph", False))
+
+
+def dim_mismatch_message() -> str:
+    layers = len(DFLASH_DRAFT["target_layer_ids"])
+    hidden = MODEL["hidden_size"]
+    return DIM_MISMATCH_MESSAGE.format(got=hidden, expected=layers * hidden, layers=layers,
+                                       hidden=hidden)
+
+
+def _traceback(frames: Sequence[tuple], error: str) -> tuple:
+    lines = ["Traceback (most recent call last):"]
+    for path, line, func, code in frames:
+        lines.append(f'  File "{path}", line {line}, in {func}')
+        lines.append(f"    {code}")
+    lines.append(error)
+    return tuple(lines)
+
+
+def _src(source: SourceState, rel: str) -> str:
+    base = source.path or "/opt/sglang/venv/lib/python3.11/site-packages/sglang"
+    return f"{base}/{rel}"
+
+
+def _crash(phase: str, lines: tuple, **kw) -> Behaviour:
+    return Behaviour(outcome="crash", crash_phase=phase, crash_lines=lines, exit_code=1, **kw)
+
+
+def _oom_lines(source: SourceState, tried: float, total: float, free: float, where: tuple) -> tuple:
+    return _traceback(
+        [where],
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried:.2f} GiB. "
+        f"GPU 0 has a total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. "
+        f"Of the allocated memory {total - free:.2f} GiB is allocated by PyTorch.",
+    )
+
+
+def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
+    """The behaviour of a real server for these GPUs, flags and sglang source."""
+    name = _get(args, "speculative_algorithm")
+    algo = name.upper() if isinstance(name, str) else None
+    if algo == "DFLASH" and _get(args, "speculative_dflash_enable_ddtree", False):
+        algo = "DDTREE"   # fork style: DDTree tree verify inside DFLASH, all name checks pass
+        fork_style = True
+    else:
+        fork_style = False
+
+    # --- 1. server-args validation (before anything touches a GPU) --------------------------
+    if not source.found:
+        return _crash("args", _traceback(
+            [("<frozen runpy>", 189, "_run_module_as_main", "mod_name, mod_spec, code = _get_module_details(mod_name, _Error)")],
+            "ModuleNotFoundError: No module named 'sglang'"))
+    if algo is None:
+        family = "NONE"
+    elif algo in BUILTIN_ALGORITHMS:
+        family = BUILTIN_ALGORITHMS[algo]
+    elif algo == "DDTREE" and (source.ddtree_known or fork_style):
+        family = "DDTREE"
+    else:
+        return _crash("args", _traceback(
+            [(_src(source, "srt/server_args.py"), 1071, "__post_init__", "self._handle_speculative_decoding()"),
+             (_src(source, "srt/arg_groups/speculative_hook.py"), 88, "resolve_speculative",
+              "algo = SpeculativeAlgorithm.from_string(cfg.speculative_algorithm)"),
+             (_src(source, "srt/speculative/spec_info.py"), 65, "from_string",
+              'raise ValueError(f"Unknown speculative algorithm name: {name}")')],
+            f"ValueError: Unknown speculative algorithm name: {name}"), algorithm=algo)
+
+    dflash_like = family in ("DFLASH", "DDTREE")
+    ddtree_dflash = family == "DDTREE" and (fork_style or source.ddtree_dflash_family)
+
+    if not gpus:
+        return _crash("spawn", _traceback(
+            [(_src(source, "srt/managers/scheduler.py"), 3301, "run_scheduler_process",
+              "scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, ...)")],
+            "RuntimeError: No CUDA GPUs are available"), algorithm=algo, family=family)
+    arch = gpus[0].arch
+    common = dict(algorithm=algo, family=family, arch=arch, gpu_name=gpus[0].name,
+                  gpu_count=len(gpus))
+
+    for which in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
+        chosen = _get(args, which)
+        allowed = ATTENTION_ARCHES.get(chosen) if chosen else None
+        if allowed and arch not in allowed:
+            if chosen == "trtllm_mha":
+                msg = ("ValueError: TRTLLM MHA backend for decode is only supported on Hopper (SM90), "
+                       "Blackwell (SM100) and (SM120) GPUs. Please use a different decode backend.")
+            else:
+                msg = (f"ValueError: FlashAttention v3 (fa3) backend is only supported on SM80-SM90 GPUs, "
+                       f"got {arch} ({gpus[0].name}). Please use a different attention backend.")
+            return _crash("args", _traceback(
+                [(_src(source, "srt/arg_groups/attention_hook.py"), 222, "resolve_attention_backends",
+                  "raise ValueError(")], msg), **common)
+
+    # --- 2. scheduler processes, one per tp rank -------------------------------------------
+    tp = int(_get(args, "tp_size", 1))
+    common["tp_size"] = tp
+    if tp > len(gpus):
+        return _crash("spawn", _traceback(
+            [(_src(source, "srt/managers/scheduler.py"), 3301, "run_scheduler_process",
+              "scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, ...)"),
+             (_src(source, "srt/model_executor/model_runner.py"), 402, "init_torch_distributed",
+              "torch.get_device_module(self.device).set_device(self.gpu_id)")],
+            f"RuntimeError: CUDA error: invalid device ordinal (--tp-size {tp} needs {tp} GPUs, "
+            f"this host has {len(gpus)})"), **common)
+
+    # --- 3. memory ----------------------------------------------------------------------------
+    mem_mib = min(g.memory_mib for g in gpus[:tp])
+    total = mem_mib / 1024.0
+    mfs = _get(args, "mem_fraction_static")
+    mfs = float(mfs) if mfs is not None else auto_mem_fraction_static(mem_mib)
+    graphs = decode_cuda_graph_enabled(args)
+    mrr = _get(args, "max_running_requests")
+    if mrr is None:
+        mrr = DFLASH_MAX_RUNNING_REQUESTS if dflash_like else DEFAULT_MAX_RUNNING_REQUESTS
+    mrr = int(mrr)
+    max_bs = _get(args, "cuda_graph_max_bs_decode")
+    max_bs = int(max_bs) if max_bs is not None else min(mrr, _by_memory(AUTO_CUDA_GRAPH_MAX_BS, mem_mib))
+    weights = MODEL["weights_gib"] / tp
+    static_budget = mfs * total
+    reserve = (1.0 - mfs) * total
+    graph_mem = RESERVE_PER_GRAPH_BS_GIB * max_bs if graphs else 0.0
+    need_reserve = RESERVE_BASE_GIB + graph_mem
+    common.update(gpu_memory_gib=round(total, 2), mem_fraction_static=mfs, cuda_graph_decode=graphs,
+                  cuda_graph_max_bs_decode=max_bs, max_running_requests=mrr,
+                  weights_per_gpu_gib=round(weights, 2))
+
+    if weights > static_budget:
+        return _crash("load_weights", _oom_lines(
+            source, weights - static_budget + 0.01, total, reserve,
+            (_src(source, "srt/model_loader/loader.py"), 694, "load_weights_and_postprocess",
+             "model.load_weights(weights)")), **common)
+    if reserve < need_reserve:
+        phase = "cuda_graph" if graphs else "memory_pool"
+        where = ((_src(source, "srt/model_executor/runner/decode_cuda_graph_runner.py"), 588, "capture",
+                  "self.capture_one_batch_size(bs, forward)") if graphs else
+                 (_src(source, "srt/mem_cache/kv_cache_configurator.py"), 471, "init_memory_pool",
+                  "self.token_to_kv_pool = self._create_pool()"))
+        return _crash(phase, _oom_lines(source, need_reserve - reserve + 0.5, total, reserve,
+                                        where), **common)
+
+    kv = static_budget - weights
+    capacity = int(kv * GIB / (MODEL["kv_bytes_per_token"] / tp))
+    common.update(kv_cache_gib=round(kv, 2), token_capacity=capacity,
+                  graph_mem_gib=round(graph_mem, 2))
+
+    # --- 4. decode behaviour --------------------------------------------------------------------
+    rates = BASE_RATES.get(arch, BASE_RATES[FALLBACK_ARCH])
+    modifier = (1.0 if graphs else CUDA_GRAPH_OFF_FACTOR) * tp_factor(tp)
+    notes = []
+    first_crash = None
+    text_mode = "correct"
+    if family == "DDTREE":
+        rate = rates["DFLASH"] * DDTREE_SPEEDUP * modifier
+        accept_length, accept_rate = ACCEPT["DDTREE"]
+        if not ddtree_dflash:
+            first_crash = "RuntimeError: " + dim_mismatch_message()
+            notes.append("DDTREE registered but not DFLASH-family; files without DDTREE: "
+                         + ", ".join(source.files_missing_ddtree))
+        elif arch in BANG_ARCHES:
+            text_mode = "bang"
+            rate = BANG_RATE
+            accept_length, accept_rate = BANG_ACCEPT
+            notes.append(f"DDTREE tree verify on {arch}: NaN logits, token 0 every step")
+    else:
+        rate = rates[family] * modifier
+        accept_length, accept_rate = ACCEPT[family]
+    return Behaviour(outcome="serve", text_mode=text_mode, tokens_per_second=rate,
+                     accept_length=accept_length, accept_rate=accept_rate,
+                     first_request_crash=first_crash, notes=tuple(notes), **common)
+
+
+# --------------------------------------------------------------------------------------------
+# Input probes (not pure)
+# --------------------------------------------------------------------------------------------
+
+NVIDIA_SMI_ARGS = ("--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader,nounits")
+
+
+def parse_nvidia_smi(text: str) -> list:
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3:
+            continue
+        name, cap, mem = parts[0], parts[1], parts[2]
+        gpus.append(Gpu(name=name, compute_cap=cap, memory_mib=int(float(mem.split()[0]))))
+    return gpus
+
+
+def query_gpus(env: Optional[Mapping[str, str]] = None) -> list:
+    """GPUs from nvidia-smi (``DDTREE_LAB_NVIDIA_SMI`` overrides), filtered by CUDA_VISIBLE_DEVICES."""
+    env = os.environ if env is None else env
+    exe = env.get("DDTREE_LAB_NVIDIA_SMI") or "nvidia-smi"
+    try:
+        proc = subprocess.run([exe, *NVIDIA_SMI_ARGS], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if proc.returncode != 0:
+        return []
+    gpus = parse_nvidia_smi(proc.stdout)
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() != "":
+        picked = []
+        for item in visible.split(","):
+            item = item.strip()
+            if item.isdigit() and int(item) < len(gpus):
+                picked.append(gpus[int(item)])
+        gpus = picked
+    return gpus
+
+
+def find_sglang_dir(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+    """The installed sglang package directory, found WITHOUT importing sglang.
+
+    ``DDTREE_LAB_SGLANG_DIR`` may point at the package dir (containing srt/) or at its parent.
+    """
+    env = os.environ if env is None else env
+    override = env.get("DDTREE_LAB_SGLANG_DIR")
+    if override:
+        p = Path(override)
+        if (p / "srt").is_dir():
+            return p
+        if (p / "sglang" / "srt").is_dir():
+            return p / "sglang"
+        return None
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.origin and spec.origin not in ("namespace", "built-in"):
+        return Path(spec.origin).parent
+    locations = list(spec.submodule_search_locations or [])
+    return Path(locations[0]) if locations else None
+
+
+def _mentions(path: Path, word: str) -> bool:
+    try:
+        return word in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def inspect_source(pkg_dir: Optional[Path]) -> SourceState:
+    if pkg_dir is None:
+        return SourceState(found=False, path=None)
+    srt = Path(pkg_dir) / "srt"
+    with_ddtree = tuple(f for f in DDTREE_DFLASH_FILES if _mentions(srt / f, "DDTREE"))
+    missing = tuple(f for f in DDTREE_DFLASH_FILES if f not in with_ddtree)
+    return SourceState(
+        found=True,
+        path=str(pkg_dir),
+        ddtree_known=SPEC_INFO_FILE in with_ddtree,
+        files_with_ddtree=with_ddtree,
+        files_missing_ddtree=missing,
+        ddtree_flag_known=_mentions(srt / DDTREE_FLAG_FILE, DDTREE_FLAG_MARKER),
+    )

@@ -1,0 +1,749 @@
+"""The stand-in HTTP server: start-up sequence, endpoints, token pacing, faults.
+
+Runs as ``python -m sglang_lab_standin <launch_server args>``.  Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Optional
+
+from . import SGLANG_VERSION, cli, physics, textgen
+from .faults import GARBAGE_RATE, HANG_AFTER_TOKENS, SLOW_TEXT_RATE, LabConfig, load_config
+
+AUTH_EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
+GENERATE_DEFAULT_MAX_NEW_TOKENS = 128
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+_print_lock = threading.RLock()  # re-entrant: the SIGTERM handler may run mid-log
+
+
+def _ts() -> str:
+    return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def log(msg: str, tp: bool = False) -> None:
+    prefix = f"[{_ts()} TP0] " if tp else f"[{_ts()}] "
+    with _print_lock:
+        for line in msg.splitlines() or [""]:
+            sys.stdout.write(prefix + line + "\n")
+        sys.stdout.flush()
+
+
+def raw(msg: str) -> None:
+    with _print_lock:
+        sys.stdout.write(msg + "\n")
+        sys.stdout.flush()
+
+
+def die(code: int) -> None:
+    with _print_lock:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - we are exiting anyway
+            pass
+        os._exit(code)
+
+
+def _gib(x: float) -> str:
+    return f"{x:.2f}"
+
+
+class Abort(Exception):
+    """A request that must be answered with an error status."""
+
+    def __init__(self, status: int, body: Any):
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+class LabEngine:
+    """Shared state: readiness, admission control, pacing, counters."""
+
+    def __init__(self, args, behaviour: physics.Behaviour, config: LabConfig):
+        self.args = args
+        self.b = behaviour
+        self.config = config
+        self.fault = config.fault
+        self.model_name = args.served_model_name or args.model_path or "default"
+        self.cond = threading.Condition()
+        self.running = 0
+        self.queued = 0
+        self.ready_at: Optional[float] = None
+        self.warm = False
+        self.first_client_request_seen = False
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self.last_gen_throughput = 0.0
+        self.avg_accept_length: Optional[float] = None
+        self.seen_prompts: set = set()
+        self.rate = self._rate()
+        self.mode = self._mode()
+
+    # ---- behaviour after faults -----------------------------------------------------------
+    def _rate(self) -> float:
+        if self.fault.kind == "garbage_fast":
+            base = GARBAGE_RATE
+        elif self.fault.kind == "slow_text":
+            base = SLOW_TEXT_RATE
+        else:
+            base = self.b.tokens_per_second
+        return base * self.config.rate_scale
+
+    def _mode(self) -> str:
+        if self.fault.kind == "garbage_fast":
+            return "garbage"
+        if self.fault.kind == "slow_text":
+            return "correct"
+        return "bang" if self.b.text_mode == "bang" else "correct"
+
+    @property
+    def speculative(self) -> bool:
+        return self.b.accept_length is not None
+
+    def healthy(self) -> bool:
+        if not self.warm or self.fault.kind == "never_healthy":
+            return False
+        return not self.expired()
+
+    def expired(self) -> bool:
+        return (self.fault.kind == "unhealthy_after" and self.ready_at is not None
+                and time.monotonic() - self.ready_at >= (self.fault.seconds or 0.0))
+
+    # ---- admission --------------------------------------------------------------------------
+    def admit(self) -> None:
+        with self.cond:
+            self.queued += 1
+            try:
+                while self.running >= self.b.max_running_requests:
+                    self.cond.wait()
+            finally:
+                self.queued -= 1
+            self.running += 1
+
+    def release(self) -> None:
+        with self.cond:
+            self.running -= 1
+            self.cond.notify()
+
+    def stream_rate(self) -> float:
+        return physics.per_stream_rate(self.rate, max(1, self.running))
+
+    def ttft(self, prompt_tokens: int) -> float:
+        return (0.01 + prompt_tokens / physics.PREFILL_TOKENS_PER_S) / self.config.rate_scale
+
+    def cached_tokens(self, key: str, prompt_tokens: int) -> int:
+        with self.cond:
+            hit = key in self.seen_prompts
+            self.seen_prompts.add(key)
+        return max(0, prompt_tokens - 1) if hit else 0
+
+    def record(self, prompt_tokens: int, completion_tokens: int, rate: float) -> None:
+        with self.cond:
+            self.requests_total += 1
+            self.prompt_tokens_total += prompt_tokens
+            self.generation_tokens_total += completion_tokens
+            self.last_gen_throughput = rate * max(1, self.running)
+            if self.speculative and completion_tokens:
+                self.avg_accept_length = self.b.accept_length
+
+    def spec_meta(self, completion_tokens: int) -> dict:
+        if not self.speculative:
+            return {}
+        return {
+            "spec_accept_rate": self.b.accept_rate,
+            "spec_accept_length": self.b.accept_length,
+            "spec_verify_ct": int(math.ceil(completion_tokens / self.b.accept_length)) if completion_tokens else 0,
+        }
+
+    def decode_log(self, tokens: int) -> None:
+        accept = f"accept len: {self.b.accept_length:.2f}, " if self.speculative else ""
+        usage = tokens / self.b.token_capacity if self.b.token_capacity else 0.0
+        log(f"Decode batch, #running-req: {self.running}, #token: {tokens}, token usage: {usage:.2f}, "
+            f"{accept}cuda graph: {self.b.cuda_graph_decode}, gen throughput (token/s): "
+            f"{self.last_gen_throughput:.2f}, #queue-req: {self.queued}", tp=True)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    engine: LabEngine = None  # set by make_server
+
+    # ---- plumbing ---------------------------------------------------------------------------
+    def log_message(self, fmt, *a):  # silence the default stderr logger
+        pass
+
+    def access_log(self, status: int) -> None:
+        host, port = self.client_address[:2]
+        try:
+            from http import HTTPStatus
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = ""
+        raw(f'[{_ts()}] INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {phrase}')
+
+    def send_json(self, status: int, body: Any, extra_headers: Optional[dict] = None) -> None:
+        data = json.dumps(body).encode("utf-8")
+        self.send_response_only(status)
+        self.send_header("date", self.date_time_string())
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for k, v in (extra_headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+        self.access_log(status)
+
+    def send_text(self, status: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
+        data = text.encode("utf-8")
+        self.send_response_only(status)
+        self.send_header("date", self.date_time_string())
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.access_log(status)
+
+    def start_stream(self) -> None:
+        self.send_response_only(200)
+        self.send_header("date", self.date_time_string())
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self.access_log(200)
+
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def sse(self, obj: Any) -> None:
+        payload = obj if isinstance(obj, str) else json.dumps(obj)
+        self.chunk(f"data: {payload}\n\n".encode("utf-8"))
+
+    def end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    def read_json(self) -> Any:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length > 0 else b""
+        if not body:
+            return {}
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise Abort(400, {"error": {"message": f"Invalid JSON body: {exc}"}}) from None
+
+    def authorised(self, path: str) -> bool:
+        key = self.engine.args.api_key
+        if not key or path.startswith(AUTH_EXEMPT_PREFIXES):
+            return True
+        return self.headers.get("authorization", "") == f"Bearer {key}"
+
+    # ---- dispatch ---------------------------------------------------------------------------
+    GET_ROUTES = {
+        "/health": "health", "/health_generate": "health", "/ready": "ready",
+        "/model_info": "model_info", "/get_model_info": "model_info",
+        "/server_info": "server_info", "/get_server_info": "server_info",
+        "/v1/models": "models", "/metrics": "metrics",
+    }
+    POST_ROUTES = {
+        "/generate": "generate", "/v1/completions": "completions",
+        "/v1/chat/completions": "chat", "/health_generate": "health",
+    }
+
+    def _dispatch(self, routes: dict) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            if not self.authorised(path):
+                self.read_json_quietly()
+                return self.send_json(401, {"error": "Unauthorized"})
+            name = routes.get(path)
+            if name is None:
+                self.read_json_quietly()
+                other = self.POST_ROUTES if routes is self.GET_ROUTES else self.GET_ROUTES
+                if path in other:
+                    return self.send_json(405, {"detail": "Method Not Allowed"})
+                if path == "/metrics" and not self.engine.args.enable_metrics:
+                    return self.send_json(404, {"detail": "Not Found"})
+                return self.send_json(404, {"detail": "Not Found"})
+            getattr(self, "h_" + name)()
+        except Abort as exc:
+            self.send_json(exc.status, exc.body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def read_json_quietly(self) -> None:
+        try:
+            length = int(self.headers.get("content-length") or 0)
+            if length > 0:
+                self.rfile.read(length)
+        except (OSError, ValueError):
+            pass
+
+    def do_GET(self):  # noqa: N802
+        self._dispatch(self.GET_ROUTES)
+
+    def do_POST(self):  # noqa: N802
+        self._dispatch(self.POST_ROUTES)
+
+    # ---- simple endpoints ---------------------------------------------------------------------
+    def h_health(self):
+        self.read_json_quietly()
+        if self.engine.healthy():
+            return self.send_text(200, "", "text/plain")
+        return self.send_text(503, "", "text/plain")
+
+    def h_ready(self):
+        if self.engine.healthy():
+            return self.send_json(200, {"status": "ready"})
+        return self.send_json(503, {"status": "not ready"})
+
+    def model_info(self) -> dict:
+        a = self.engine.args
+        return {
+            "model_path": a.model_path,
+            "tokenizer_path": a.tokenizer_path or a.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": physics.MODEL["model_type"],
+            "architectures": [physics.MODEL["architecture"]],
+        }
+
+    def h_model_info(self):
+        self.send_json(200, self.model_info())
+
+    def h_server_info(self):
+        e = self.engine
+        info = cli.redacted(e.args)
+        info["max_running_requests"] = e.b.max_running_requests
+        info["mem_fraction_static"] = e.b.mem_fraction_static
+        info["cuda_graph_max_bs_decode"] = e.b.cuda_graph_max_bs_decode
+        state = {
+            "last_gen_throughput": round(e.last_gen_throughput, 3),
+            "memory_usage": {"weight": e.b.weights_per_gpu_gib, "kvcache": e.b.kv_cache_gib,
+                             "token_capacity": e.b.token_capacity, "graph": e.b.graph_mem_gib},
+            "effective_max_running_requests_per_dp": e.b.max_running_requests,
+            "load": e.running,
+        }
+        if e.avg_accept_length is not None:
+            state["avg_spec_accept_length"] = e.avg_accept_length
+        info["internal_states"] = [state]
+        info["version"] = SGLANG_VERSION
+        self.send_json(200, info)
+
+    def h_models(self):
+        e = self.engine
+        self.send_json(200, {"object": "list", "data": [{
+            "id": e.model_name, "object": "model", "created": int(time.time()),
+            "owned_by": "sglang", "root": e.args.model_path, "parent": None,
+            "max_model_len": e.args.context_length or physics.MODEL["context_length"],
+        }]})
+
+    def h_metrics(self):
+        e = self.engine
+        if not e.args.enable_metrics:
+            return self.send_json(404, {"detail": "Not Found"})
+        labels = f'model_name="{e.model_name}",engine_type="unified",tp_rank="0",pp_rank="0"'
+        rows = [
+            ("num_running_reqs", "gauge", "The number of running requests.", e.running),
+            ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", e.queued),
+            ("gen_throughput", "gauge", "The generation throughput (token/s).", e.last_gen_throughput),
+            ("spec_accept_length", "gauge", "The average acceptance length of speculative decoding.",
+             e.avg_accept_length or 0.0),
+            ("spec_accept_rate", "gauge", "The average acceptance rate of speculative decoding.",
+             (e.b.accept_rate or 0.0) if e.avg_accept_length is not None else 0.0),
+            ("token_usage", "gauge", "The token usage.", 0.0),
+            ("prompt_tokens_total", "counter", "Number of prefill tokens processed.", e.prompt_tokens_total),
+            ("generation_tokens_total", "counter", "Number of generation tokens processed.",
+             e.generation_tokens_total),
+            ("num_requests_total", "counter", "Number of requests processed.", e.requests_total),
+        ]
+        out = []
+        for name, kind, help_text, value in rows:
+            out.append(f"# HELP sglang:{name} {help_text}")
+            out.append(f"# TYPE sglang:{name} {kind}")
+            out.append(f"sglang:{name}{{{labels}}} {float(value)}")
+        self.send_text(200, "\n".join(out) + "\n", "text/plain; version=0.0.4; charset=utf-8")
+
+    # ---- generation core ------------------------------------------------------------------------
+    def gate(self, openai: bool) -> None:
+        """Fault / physics checks common to every generate-style request."""
+        e = self.engine
+        kind = e.fault.kind
+        if kind == "http_500":
+            body = ({"object": "error", "message": "Internal server error", "type": "InternalServerError",
+                     "param": None, "code": 500} if openai else {"error": {"message": "Internal server error"}})
+            raise Abort(500, body)
+        if kind == "never_healthy" or e.expired():
+            raise Abort(503, {"error": {"message": "The server is not healthy (scheduler not responding)."}})
+        with e.cond:
+            first = not e.first_client_request_seen
+            e.first_client_request_seen = True
+        if first and kind == "crash_on_first_request":
+            self.crash(("Fatal Python error: Segmentation fault", "",
+                        "Current thread 0x00007f3a2d1fe640 (most recent call first):",
+                        '  File "/opt/sglang/sglang/srt/model_executor/model_runner.py", line 2210 in forward_decode',
+                        '  File "/opt/sglang/sglang/srt/managers/scheduler.py", line 1298 in event_loop_overlap'))
+        if e.b.first_request_crash:
+            time.sleep(min(0.2, e.ttft(8)))
+            lines = (("Scheduler hit an exception: Traceback (most recent call last):",)
+                     + physics._traceback([
+                         ("/opt/sglang/sglang/srt/managers/scheduler.py", 1298, "event_loop_overlap",
+                          "batch_result = self.run_batch(batch)"),
+                         ("/opt/sglang/sglang/srt/speculative/dflash_worker_v2.py", 512, "forward_batch_generation",
+                          "target_hidden = self._project_target_hidden(hidden_states)")],
+                         e.b.first_request_crash)[1:])
+            for note in e.b.notes:
+                log(f"[lab] {note}")
+            self.crash(lines)
+
+    def crash(self, lines) -> None:
+        log("\n".join(lines), tp=True)
+        log("Received sigquit from a child process. It usually means the child failed.")
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        die(1)
+
+    def tokens_paced(self, comp: textgen.Completion, prompt_tokens: int):
+        """Yield token indexes with real-time pacing; handles admission and hang faults."""
+        e = self.engine
+        e.admit()
+        try:
+            time.sleep(e.ttft(prompt_tokens))
+            for i in range(len(comp.tokens)):
+                if e.fault.kind == "hang_midstream" and i >= HANG_AFTER_TOKENS:
+                    threading.Event().wait()  # stall forever, connection stays open
+                time.sleep(1.0 / e.stream_rate())
+                yield i
+            if e.fault.kind == "hang_midstream":
+                threading.Event().wait()
+            e.record(prompt_tokens, len(comp.tokens), e.stream_rate())
+            e.decode_log(prompt_tokens + len(comp.tokens))
+        finally:
+            e.release()
+
+    def run(self, prompt_key: str, prompt_tokens: int, max_new: Optional[int], chat: bool,
+            stop, ignore_eos: bool):
+        e = self.engine
+        if isinstance(stop, str):
+            stop = [stop]
+        comp = textgen.complete(prompt_key, max_new, mode=e.mode, chat=chat, stop=stop or (),
+                                ignore_eos=ignore_eos)
+        return comp
+
+    @staticmethod
+    def sglang_finish(comp: textgen.Completion) -> dict:
+        if comp.finish_type == "length":
+            return {"type": "length", "length": len(comp.tokens)}
+        return {"type": "stop", "matched": comp.matched}
+
+    # ---- /generate --------------------------------------------------------------------------------
+    def h_generate(self):
+        body = self.read_json()
+        if not isinstance(body, dict):
+            raise Abort(400, {"error": {"message": "Request body must be a JSON object"}})
+        text, ids = body.get("text"), body.get("input_ids")
+        if text is None and ids is None:
+            raise Abort(400, {"error": {"message": "Either text or input_ids should be provided."}})
+        sp = body.get("sampling_params") or {}
+        if isinstance(sp, list):
+            sp = sp[0] if sp else {}
+        stream = bool(body.get("stream"))
+        batch = (isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list)))
+        if batch and stream:
+            raise Abort(400, {"error": {"message": "Streaming is not supported for batched requests in the lab stand-in."}})
+        self.gate(openai=False)
+        items = (text if text is not None else ids) if batch else [text if text is not None else ids]
+        rid = body.get("rid")
+        results = []
+        for n, item in enumerate(items):
+            if isinstance(item, str):
+                key, ptoks = item, len(textgen.tokenize(item))
+            else:
+                key, ptoks = " ".join(str(i) for i in item), len(item)
+            max_new = sp.get("max_new_tokens", GENERATE_DEFAULT_MAX_NEW_TOKENS)
+            comp = self.run(key, ptoks, max_new, False, sp.get("stop"), bool(sp.get("ignore_eos")))
+            req_id = (rid[n] if isinstance(rid, list) else rid) or uuid.uuid4().hex
+            cached = self.engine.cached_tokens(key, ptoks)
+            started = time.monotonic()
+
+            def meta(done: bool, count: int) -> dict:
+                m = {"id": req_id,
+                     "finish_reason": self.sglang_finish(comp) if done else None,
+                     "prompt_tokens": ptoks, "weight_version": "default",
+                     "completion_tokens": count, "cached_tokens": cached}
+                m.update(self.engine.spec_meta(count))
+                if done:
+                    m["e2e_latency"] = round(time.monotonic() - started, 6)
+                return m
+
+            if stream:
+                self.start_stream()
+                text_so_far = ""
+                for i in self.tokens_paced(comp, ptoks):
+                    text_so_far += comp.tokens[i]
+                    done = i == len(comp.tokens) - 1
+                    self.sse({"text": text_so_far, "output_ids": comp.ids[:i + 1],
+                              "meta_info": meta(done, i + 1)})
+                if not comp.tokens:
+                    self.sse({"text": "", "output_ids": [], "meta_info": meta(True, 0)})
+                self.sse("[DONE]")
+                self.end_stream()
+                return
+            for _ in self.tokens_paced(comp, ptoks):
+                pass
+            results.append({"text": "".join(comp.tokens), "output_ids": comp.ids,
+                            "meta_info": meta(True, len(comp.tokens))})
+        self.send_json(200, results if batch else results[0])
+
+    # ---- OpenAI ----------------------------------------------------------------------------------
+    @staticmethod
+    def openai_finish(comp: textgen.Completion) -> str:
+        return "length" if comp.finish_type == "length" else "stop"
+
+    @staticmethod
+    def usage(ptoks: int, ctoks: int) -> dict:
+        return {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks,
+                "prompt_tokens_details": None}
+
+    def openai_common(self, body: dict, chat: bool):
+        if not isinstance(body, dict):
+            raise Abort(400, {"object": "error", "message": "Request body must be a JSON object",
+                              "type": "BadRequestError", "param": None, "code": 400})
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                raise Abort(400, {"object": "error", "message": "messages must be a non-empty list",
+                                  "type": "BadRequestError", "param": "messages", "code": 400})
+            rendered = ""
+            for m in msgs:
+                content = m.get("content") if isinstance(m, dict) else ""
+                if isinstance(content, list):
+                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                rendered += f"<|im_start|>{(m or {}).get('role', 'user')}\n{content or ''}<|im_end|>\n"
+            key = rendered + "<|im_start|>assistant\n"
+            max_new = body.get("max_completion_tokens", body.get("max_tokens"))
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list):
+                prompt = prompt[0] if prompt else ""
+                if isinstance(prompt, int):
+                    prompt = " ".join(str(i) for i in body["prompt"])
+                elif isinstance(prompt, list):
+                    prompt = " ".join(str(i) for i in prompt)
+            if not isinstance(prompt, str):
+                raise Abort(400, {"object": "error", "message": "prompt is required",
+                                  "type": "BadRequestError", "param": "prompt", "code": 400})
+            key = prompt
+            max_new = body.get("max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS)
+        ptoks = len(textgen.tokenize(key))
+        self.gate(openai=True)
+        comp = self.run(key, ptoks, max_new, chat, body.get("stop"), bool(body.get("ignore_eos")))
+        return key, ptoks, comp
+
+    def h_completions(self):
+        self._openai(chat=False)
+
+    def h_chat(self):
+        self._openai(chat=True)
+
+    def _openai(self, chat: bool):
+        body = self.read_json()
+        key, ptoks, comp = self.openai_common(body, chat)
+        e = self.engine
+        e.cached_tokens(key, ptoks)
+        started = time.monotonic()
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        obj = "chat.completion" if chat else "text_completion"
+        matched = comp.matched if comp.finish_type == "stop" else None
+        if body.get("stream"):
+            chunk_obj = "chat.completion.chunk" if chat else "text_completion"
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+            def choice(delta_text: Optional[str], finish: Optional[str], first: bool = False) -> dict:
+                if chat:
+                    delta = {}
+                    if first:
+                        delta["role"] = "assistant"
+                    if delta_text is not None:
+                        delta["content"] = delta_text
+                    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
+                            "matched_stop": matched if finish else None}
+                return {"index": 0, "text": delta_text or "", "logprobs": None, "finish_reason": finish,
+                        "matched_stop": matched if finish else None}
+
+            def chunk(ch: Optional[dict], usage=None) -> dict:
+                return {"id": rid, "object": chunk_obj, "created": created, "model": e.model_name,
+                        "choices": [ch] if ch else [], "usage": usage}
+
+            self.start_stream()
+            if chat:
+                self.sse(chunk(choice("", None, first=True)))
+            for i in self.tokens_paced(comp, ptoks):
+                self.sse(chunk(choice(comp.tokens[i], None)))
+            self.sse(chunk(choice("" if not chat else None, self.openai_finish(comp))))
+            if include_usage:
+                self.sse(chunk(None, self.usage(ptoks, len(comp.tokens))))
+            self.sse("[DONE]")
+            self.end_stream()
+            return
+        for _ in self.tokens_paced(comp, ptoks):
+            pass
+        text = "".join(comp.tokens)
+        if chat:
+            ch = {"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
+                                          "tool_calls": None},
+                  "logprobs": None, "finish_reason": self.openai_finish(comp), "matched_stop": matched}
+        else:
+            ch = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.openai_finish(comp),
+                  "matched_stop": matched}
+        self.send_json(200, {"id": rid, "object": obj, "created": created, "model": e.model_name,
+                             "choices": [ch], "usage": self.usage(ptoks, len(comp.tokens))})
+
+
+class LabHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def make_server(engine: LabEngine, host: str, port: int) -> LabHTTPServer:
+    handler = type("BoundHandler", (Handler,), {"engine": engine})
+    server_cls = LabHTTPServer
+    if ":" in host:
+        server_cls = type("LabHTTPServer6", (LabHTTPServer,), {"address_family": socket.AF_INET6})
+    return server_cls((host, port), handler)
+
+
+# -------------------------------------------------------------------------------------------------
+# start-up
+# -------------------------------------------------------------------------------------------------
+
+def _on_term(signum, frame):  # noqa: ARG001
+    raw("INFO:     Shutting down")
+    raw("INFO:     Finished server process [%d]" % os.getpid())
+    die(0)
+
+
+def warmup(engine: LabEngine, config: LabConfig, port: int) -> None:
+    comp = textgen.complete(textgen.WARMUP_PROMPT, 8, mode=engine.mode)
+    if engine.args.skip_server_warmup and config.fault.kind != "never_healthy":
+        engine.ready_at = time.monotonic()
+        engine.warm = True
+        log("The server is fired up and ready to roll!")
+        return
+    time.sleep(config.warmup_seconds)
+    if config.fault.kind == "never_healthy":
+        return  # the warm-up request never comes back
+    engine.record(len(textgen.tokenize(textgen.WARMUP_PROMPT)), len(comp.tokens), engine.rate)
+    raw(f'[{_ts()}] INFO:     127.0.0.1:{port} - "POST /generate HTTP/1.1" 200 OK')
+    if config.debug:
+        log(f"[lab] warm-up output: {''.join(comp.tokens)!r}")
+    engine.ready_at = time.monotonic()
+    engine.warm = True
+    log("The server is fired up and ready to roll!")
+
+
+def main(argv: Optional[list] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config = load_config()
+    except ValueError as exc:
+        print(f"sglang_lab_standin: {exc}", file=sys.stderr, flush=True)
+        return 2
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+
+    source = physics.inspect_source(physics.find_sglang_dir())
+    extra = (cli.DDTREE_FORK_FLAG,) if source.ddtree_flag_known else ()
+    args = cli.parse_args(argv, extra_flags=extra)   # SystemExit(2) like the real parser
+    if args.model_path is None:
+        cli.build_parser(extra).error("the following arguments are required: --model-path")
+
+    log(f"server_args={cli.server_args_repr(args)}")
+    gpus = physics.query_gpus()
+    b = physics.decide(gpus, args, source)
+    if config.debug:
+        log(f"[lab] physics: {b}")
+    s = config.startup_seconds
+
+    def crash_now():
+        for note in b.notes:
+            log(f"[lab] {note}")
+        log("\n".join(b.crash_lines), tp=b.crash_phase != "args")
+        if b.crash_phase != "args":
+            log("Received sigquit from a child process. It usually means the child failed.")
+        die(b.exit_code)
+
+    time.sleep(0.1 * s)
+    if b.crash_phase in ("args", "spawn"):
+        crash_now()
+    tp_note = f"Init torch distributed begin. tp_size={b.tp_size}"
+    log(tp_note, tp=True)
+    total = b.gpu_memory_gib
+    log(f"Load weight begin. avail mem={_gib(total - 0.6)} GB", tp=True)
+    time.sleep((0.5 if b.cuda_graph_decode else 0.7) * s)
+    if b.crash_phase == "load_weights":
+        crash_now()
+    avail = total - 0.6 - b.weights_per_gpu_gib
+    log(f"Load weight end. elapsed={0.5 * s:.2f} s, type={physics.MODEL['architecture']}, "
+        f"dtype=torch.bfloat16, avail mem={_gib(avail)} GB, mem usage={_gib(b.weights_per_gpu_gib)} GB.", tp=True)
+    time.sleep(0.1 * s)
+    if b.crash_phase == "memory_pool":
+        crash_now()
+    half = b.kv_cache_gib / 2
+    log(f"KV Cache is allocated. #tokens: {b.token_capacity}, K size: {_gib(half)} GB, V size: {_gib(half)} GB",
+        tp=True)
+    avail -= b.kv_cache_gib
+    log(f"Memory pool end. avail mem={_gib(avail)} GB", tp=True)
+    if b.cuda_graph_decode:
+        log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={_gib(avail)} GB", tp=True)
+        time.sleep(0.3 * s)
+        if b.crash_phase == "cuda_graph":
+            crash_now()
+        log(f"Capture cuda graph end. Time elapsed: {0.3 * s:.2f} s. mem usage={_gib(b.graph_mem_gib)} GB. "
+            f"avail mem={_gib(avail - b.graph_mem_gib)} GB.", tp=True)
+    if not b.serves:  # pragma: no cover - every crash phase is handled above
+        crash_now()
+    log(f"max_total_num_tokens={b.token_capacity}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        f"max_running_requests={b.max_running_requests}, context_len={args.context_length or physics.MODEL['context_length']}, "
+        f"available_gpu_mem={_gib(avail - b.graph_mem_gib)} GB", tp=True)
+
+    engine = LabEngine(args, b, config)
+    try:
+        server = make_server(engine, args.host, args.port)
+    except OSError as exc:
+        log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"('{args.host}', {args.port}): {exc.strerror}")
+        die(1)
+    port = server.server_address[1]
+    raw(f"INFO:     Started server process [{os.getpid()}]")
+    raw("INFO:     Waiting for application startup.")
+    raw("INFO:     Application startup complete.")
+    raw(f"INFO:     Uvicorn running on http://{args.host}:{port} (Press CTRL+C to quit)")
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    threading.Thread(target=warmup, args=(engine, config, port), name="warmup", daemon=True).start()
+    stop = threading.Event()
+    while not stop.wait(0.5):
+        pass
+    return 0  # pragma: no cover

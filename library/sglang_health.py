@@ -1,0 +1,178 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Wait until an SGLang service answers /health 200, failing early when its unit crashes."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_health
+short_description: Wait for an SGLang server to become healthy, or report why it did not
+description:
+  - Polls C(/health) of an SGLang server until it answers HTTP 200 or O(timeout) passes.
+  - Watches the systemd unit at the same time, so a server that crashes during start-up (CUDA out
+    of memory, an unknown speculative algorithm, a restart loop) is reported within one poll
+    interval instead of after the whole start-up timeout.
+  - A C(/health) 200 only proves that the scheduler answers; it is not a quality verdict (see
+    M(sglang_probe)).
+  - Read-only. Runs in check mode too, unless O(skip_in_check_mode) is set.
+version_added: "1.0.0"
+author: ddtree-fleet maintainers
+options:
+  url:
+    description: Base URL of the server, for example V(http://127.0.0.1:30000).
+    type: str
+    required: true
+  unit:
+    description: The systemd unit that runs the server; empty to skip unit checks.
+    type: str
+    default: sglang.service
+  timeout:
+    description: Seconds to wait for health. Real model loads take minutes.
+    type: float
+    default: 900
+  interval:
+    description: Seconds between polls.
+    type: float
+    default: 1.0
+  expect_restarts:
+    description:
+      - The unit's C(NRestarts) before the wait began; any increase means the server crashed.
+      - Leave unset to read it at the start of the wait.
+    type: int
+  skip_in_check_mode:
+    description: In check mode return at once (the service may not exist yet).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Wait for the new unit to answer /health
+  sglang_health:
+    url: http://127.0.0.1:30000
+    unit: sglang.service
+    timeout: 900
+  register: health
+"""
+
+RETURN = r"""
+healthy:
+  description: Whether /health answered 200.
+  returned: always
+  type: bool
+  sample: true
+elapsed:
+  description: Seconds waited.
+  returned: always
+  type: float
+  sample: 4.2
+state:
+  description: How the wait ended, one of V(healthy), V(crashed), V(failed), V(inactive), V(timeout).
+  returned: always
+  type: str
+  sample: healthy
+unit_state:
+  description: C(ActiveState), C(SubState), C(NRestarts), C(ExecMainStatus) of the unit at the end.
+  returned: when unit is set
+  type: dict
+  sample: {"ActiveState": "active", "SubState": "running", "NRestarts": "0", "ExecMainStatus": "0"}
+last_status:
+  description: The last HTTP status of /health (0 when the port refused the connection).
+  returned: always
+  type: int
+  sample: 200
+"""
+
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+PROPS = ("ActiveState", "SubState", "NRestarts", "ExecMainStatus", "Result")
+
+
+def unit_state(module, systemctl, unit):
+    rc, out, _err = module.run_command([systemctl, "show", unit, "-p", ",".join(PROPS)])
+    if rc != 0:
+        return {}
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def health_status(url):
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return 0
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            unit=dict(type="str", default="sglang.service"),
+            timeout=dict(type="float", default=900.0),
+            interval=dict(type="float", default=1.0),
+            expect_restarts=dict(type="int"),
+            skip_in_check_mode=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if module.check_mode and p["skip_in_check_mode"]:
+        module.exit_json(changed=False, skipped=True, healthy=False, elapsed=0.0, state="check_mode", last_status=0)
+    systemctl = module.get_bin_path("systemctl", required=bool(p["unit"]))
+    t0 = time.time()
+    state = {}
+    restarts0 = p["expect_restarts"]
+    if p["unit"]:
+        state = unit_state(module, systemctl, p["unit"])
+        if restarts0 is None:
+            restarts0 = int(state.get("NRestarts", "0") or 0)
+    status = 0
+    end = "timeout"
+    while True:
+        status = health_status(p["url"])
+        if status == 200:
+            end = "healthy"
+            break
+        if p["unit"]:
+            state = unit_state(module, systemctl, p["unit"])
+            restarts = int(state.get("NRestarts", "0") or 0)
+            if state.get("ActiveState") == "failed":
+                end = "failed"
+                break
+            if restarts > restarts0 or state.get("SubState") == "auto-restart":
+                end = "crashed"
+                break
+            if state.get("ActiveState") == "inactive" and time.time() - t0 > 2 * p["interval"]:
+                end = "inactive"
+                break
+        if time.time() - t0 >= p["timeout"]:
+            break
+        time.sleep(p["interval"])
+    if p["unit"]:
+        state = unit_state(module, systemctl, p["unit"])
+    elapsed = round(time.time() - t0, 2)
+    result = dict(changed=False, healthy=end == "healthy", elapsed=elapsed, state=end, last_status=status,
+                  unit_state=state)
+    if end != "healthy":
+        reasons = {
+            "timeout": f"no /health 200 from {p['url']} within {p['timeout']:.0f}s (last status {status})",
+            "failed": f"unit {p['unit']} failed before it became healthy",
+            "crashed": f"unit {p['unit']} crashed and restarted before it became healthy",
+            "inactive": f"unit {p['unit']} is not running",
+        }
+        module.fail_json(msg=reasons[end] + f" after {elapsed}s", **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""SGLang 0.5.23 command lines from ddtree-fleet's declared settings (pure logic, no Ansible).
+
+One function, `sglang_argv(cfg)`, turns the operator's `sglang_*` settings (collected by the
+sglang_config role into one dict) into the argument list of
+`python -m sglang.launch_server`. Only current 0.5.23 spellings are emitted
+(`--cuda-graph-backend-decode`, `--cuda-graph-max-bs-decode`, ...): every flag here parses with
+the real 0.5.23 parser (tests/unit/test_flags.py checks that against the real flag list).
+
+Also `config_fingerprint(text)`, the short identity of a rendered service configuration used for
+quarantine records and the known-good record.
+"""
+from __future__ import annotations
+
+import hashlib
+
+ALGORITHMS = ("NEXTN", "EAGLE", "EAGLE3", "DFLASH", "DDTREE")
+DRAFT_ALGORITHMS = ("EAGLE", "EAGLE3", "DFLASH", "DDTREE")
+DFLASH_FAMILY = ("DFLASH", "DDTREE")
+CUDA_GRAPH_BACKENDS = ("full", "breakable", "disabled")
+DDTREE_STYLES = ("algorithm", "flag")
+# The flag that DDTree forks which keep `--speculative-algorithm DFLASH` use to switch tree
+# verification on. It is not part of upstream 0.5.23: only valid with such a fork.
+DDTREE_FORK_FLAG = "--speculative-dflash-enable-ddtree"
+API_KEY_ENV = "SGLANG_API_KEY"
+
+
+class FlagError(ValueError):
+    """A setting that cannot be turned into a valid SGLang command line."""
+
+
+def _num(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FlagError(f"{name} must be a number, got {value!r}")
+    return value
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    return str(value)
+
+
+def sglang_argv(cfg: dict) -> list[str]:
+    """Arguments after `python -m <module>` for the declared configuration `cfg`.
+
+    Keys: model_path, algorithm, draft_path, ddtree_style, host, port, tp_size,
+    mem_fraction_static, cuda_graph_backend {decode, prefill}, cuda_graph_max_bs,
+    attention_backend, draft_attention_backend, speculative {num_steps, eagle_topk,
+    num_draft_tokens}, served_model_name, context_length, max_running_requests, enable_metrics,
+    trust_remote_code, api_key_set, extra_args.
+    """
+    algo = str(cfg.get("algorithm", "")).upper()
+    if algo not in ALGORITHMS:
+        raise FlagError(f"speculative algorithm must be one of {', '.join(ALGORITHMS)}, got {cfg.get('algorithm')!r}")
+    style = cfg.get("ddtree_style", "algorithm")
+    if style not in DDTREE_STYLES:
+        raise FlagError(f"ddtree_style must be one of {', '.join(DDTREE_STYLES)}, got {style!r}")
+    if not cfg.get("model_path"):
+        raise FlagError("model_path is required")
+    argv = ["--model-path", str(cfg["model_path"])]
+    if cfg.get("served_model_name"):
+        argv += ["--served-model-name", str(cfg["served_model_name"])]
+    argv += ["--host", str(cfg.get("host", "127.0.0.1")), "--port", str(int(cfg.get("port", 30000)))]
+    argv += ["--tp-size", str(int(cfg.get("tp_size", 1)))]
+    if cfg.get("mem_fraction_static") is not None:
+        argv += ["--mem-fraction-static", _fmt(_num(cfg["mem_fraction_static"], "mem_fraction_static"))]
+    if cfg.get("context_length"):
+        argv += ["--context-length", str(int(cfg["context_length"]))]
+    if cfg.get("max_running_requests"):
+        argv += ["--max-running-requests", str(int(cfg["max_running_requests"]))]
+    if cfg.get("attention_backend"):
+        argv += ["--attention-backend", str(cfg["attention_backend"])]
+    graphs = cfg.get("cuda_graph_backend") or {}
+    for phase in ("decode", "prefill"):
+        value = graphs.get(phase)
+        if value is None:
+            continue
+        if value not in CUDA_GRAPH_BACKENDS:
+            raise FlagError(f"cuda_graph_backend.{phase} must be one of {', '.join(CUDA_GRAPH_BACKENDS)}, got {value!r}")
+        argv += [f"--cuda-graph-backend-{phase}", value]
+    if cfg.get("cuda_graph_max_bs") and graphs.get("decode", "full") != "disabled":
+        argv += ["--cuda-graph-max-bs-decode", str(int(cfg["cuda_graph_max_bs"]))]
+
+    emitted = "DFLASH" if (algo == "DDTREE" and style == "flag") else algo
+    argv += ["--speculative-algorithm", emitted]
+    if algo in DRAFT_ALGORITHMS:
+        if not cfg.get("draft_path"):
+            raise FlagError(f"{algo} needs a draft model (draft_path)")
+        argv += ["--speculative-draft-model-path", str(cfg["draft_path"])]
+        if cfg.get("draft_attention_backend"):
+            argv += ["--speculative-draft-attention-backend", str(cfg["draft_attention_backend"])]
+    spec = cfg.get("speculative") or {}
+    if algo in DFLASH_FAMILY:
+        # DFLASH forces num_steps=1 / topk=1 and reads the block size from the draft config;
+        # only an explicit block size is passed on.
+        if spec.get("num_draft_tokens"):
+            argv += ["--speculative-num-draft-tokens", str(int(spec["num_draft_tokens"]))]
+    else:
+        for key, flag in (("num_steps", "--speculative-num-steps"), ("eagle_topk", "--speculative-eagle-topk"),
+                          ("num_draft_tokens", "--speculative-num-draft-tokens")):
+            if spec.get(key):
+                argv += [flag, str(int(spec[key]))]
+    if algo == "DDTREE" and style == "flag":
+        argv.append(DDTREE_FORK_FLAG)
+    if cfg.get("enable_metrics"):
+        argv.append("--enable-metrics")
+    if cfg.get("trust_remote_code"):
+        argv.append("--trust-remote-code")
+    argv += [str(a) for a in cfg.get("extra_args") or []]
+    if cfg.get("api_key_set"):
+        # systemd expands ${VAR} from the 0600 EnvironmentFile: the key never sits in the unit.
+        argv += ["--api-key", "${%s}" % API_KEY_ENV]
+    return argv
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one argument for an ExecStart= line (keeps ${VAR} expansion working)."""
+    if arg and all(c.isalnum() or c in "-_./:=,@+${}" for c in arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def exec_line(argv: list[str]) -> str:
+    return " ".join(systemd_quote(a) for a in argv)
+
+
+def config_fingerprint(*parts: str) -> str:
+    """Short, stable identity of a service configuration (unit text, env keys, ...)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode("utf-8"))
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def patch_plan(series_text: str, sums_text: str, selected, extras, patch_dir: str) -> list[dict]:
+    """The ordered patch set to apply: selected built-ins in series order, then user patches.
+
+    Each entry is {"name", "src", "sha256"}. Unknown names, patches without a pinned checksum and
+    malformed user entries raise FlagError naming the offending entry.
+    """
+    series = [line.split("#", 1)[0].strip() for line in series_text.splitlines()]
+    series = [s for s in series if s]
+    sums = {}
+    for line in sums_text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            sums[parts[1].lstrip("*")] = parts[0].lower()
+    selected = list(selected or [])
+    unknown = [s for s in selected if s not in series]
+    if unknown:
+        raise FlagError(f"sglang_patches: unknown patch {unknown[0]!r}; the built-in series is {series}")
+    plan = []
+    for name in series:
+        if name in selected:
+            if name not in sums:
+                raise FlagError(f"patch {name} has no checksum in SHA256SUMS")
+            plan.append({"name": name, "src": f"{patch_dir}/{name}", "sha256": sums[name]})
+    for i, extra in enumerate(extras or []):
+        if not isinstance(extra, dict) or not extra.get("path") or len(str(extra.get("sha256", ""))) != 64:
+            raise FlagError(f"sglang_extra_patches[{i}]: expected {{path: <controller path>, sha256: <64 hex>}}, got {extra!r}")
+        name = str(extra["path"]).rstrip("/").rsplit("/", 1)[-1]
+        if any(p["name"] == name for p in plan):
+            raise FlagError(f"sglang_extra_patches[{i}]: a patch named {name} is already in the set")
+        plan.append({"name": name, "src": str(extra["path"]), "sha256": str(extra["sha256"]).lower()})
+    return plan

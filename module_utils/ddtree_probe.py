@@ -1,0 +1,939 @@
+# -*- coding: utf-8 -*-
+"""Generation-quality probe for SGLang servers (stdlib only).
+
+A server can answer /health with 200 and still emit "!!!!!!!!" at 0.057
+tokens/s.  ``run_probe()`` sends known-answer prompts through the streaming
+``/generate`` (or ``/v1/completions``) endpoint, measures time to first token,
+inter-chunk gaps and tokens/s while the answer streams, stops early when the
+server stalls or crawls, judges the text (``ddtree_textcheck.assess``), reads
+``/server_info`` for the speculative accept length and compares with a
+baseline report.  The result is a JSON-serialisable report whose ``verdict``
+is ``pass``, ``fail`` (the server is broken) or ``inconclusive`` (the probe
+could not measure: nothing listening, credentials refused, no data).
+
+Imported by the Ansible module (``ansible.module_utils.ddtree_probe``) and by
+bin/ddtree-probe (``ddtree_probe`` with module_utils/ on sys.path).  It must
+not import ansible and must run on a host that only has python3.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import json
+import re
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+try:
+    from ansible.module_utils.ddtree_textcheck import assess  # noqa: F401
+except ImportError:
+    from ddtree_textcheck import assess  # noqa: F401
+
+PASS = "pass"
+FAIL = "fail"
+INCONCLUSIVE = "inconclusive"
+NOT_RUN = "not_run"
+
+# Defaults (also the names of run_probe's keyword arguments).
+DEFAULT_MIN_TOKENS_PER_S = 5.0
+DEFAULT_STALL_TIMEOUT = 5.0
+DEFAULT_TTFT_TIMEOUT = 10.0
+DEFAULT_RATE_WINDOW_S = 3.0
+DEFAULT_REQUEST_TIMEOUT = 120.0
+# Early fail when, after rate_window_s, the rate is below this share of the floor.
+EARLY_RATE_FRACTION = 0.25
+# Answers shorter than this are not judged on speed (a 1-token "4" has no rate).
+MIN_TOKENS_FOR_RATE = 8
+DEFAULT_MAX_TOKENS = 64
+EXCERPT_CHARS = 200
+OUTPUT_KEEP_CHARS = 4000
+DIVERGENCE_CONTEXT = 30
+SERVER_INFO_TIMEOUT = 5.0
+
+# Same prompts as roles/quality_gate/files/default_prompts.json (a test keeps
+# them equal); used when the caller gives none.
+DEFAULT_PROMPTS = [
+    {"name": "arith", "prompt": "What is 2 + 2? Answer with a number only.",
+     "expect": "4\\.?", "max_tokens": 8},
+    {"name": "capital", "prompt": "What is the capital of France? Answer in one word.",
+     "expect": "Paris\\.?", "max_tokens": 8},
+    {"name": "primes", "prompt": "List the first five prime numbers, separated by commas.",
+     "expect": "2,\\s*3,\\s*5,\\s*7,\\s*11\\.?", "max_tokens": 24},
+    {"name": "code", "prompt": "Write a Python function named square that returns the "
+                               "square of its argument.", "max_tokens": 64},
+    {"name": "freeform", "prompt": "Explain in a few sentences why speculative decoding makes "
+                                   "large language model inference faster.", "max_tokens": 96},
+]
+
+_SERVER_INFO_KEYS = ("version", "model_path", "served_model_name", "speculative_algorithm",
+                     "speculative_num_steps", "speculative_eagle_topk",
+                     "speculative_num_draft_tokens", "speculative_draft_model_path",
+                     "tp_size", "attention_backend", "dtype", "kv_cache_dtype",
+                     "max_running_requests", "context_length")
+_INTERNAL_STATE_KEYS = ("avg_spec_accept_length", "last_gen_throughput", "memory_usage")
+
+
+class ProbeError(Exception):
+    """Bad arguments or prompts: the probe cannot run."""
+
+
+# --------------------------------------------------------------------------
+# prompts
+# --------------------------------------------------------------------------
+
+def normalise_prompts(prompts) -> list[dict]:
+    """Validate a prompt list; returns dicts with name, prompt, expect, max_tokens."""
+    if prompts is None:
+        prompts = DEFAULT_PROMPTS
+    if not isinstance(prompts, list) or not prompts:
+        raise ProbeError("prompts must be a non-empty list of objects with a 'prompt' key")
+    out = []
+    names = set()
+    for i, item in enumerate(prompts):
+        if isinstance(item, str):
+            item = {"prompt": item}
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) \
+                or not item["prompt"].strip():
+            raise ProbeError("prompts[%d] must be an object with a non-empty string 'prompt'" % i)
+        expect = item.get("expect")
+        if expect is not None:
+            if not isinstance(expect, str):
+                raise ProbeError("prompts[%d].expect must be a regex string" % i)
+            try:
+                re.compile(expect)
+            except re.error as exc:
+                raise ProbeError("prompts[%d].expect is not a valid regex: %s" % (i, exc))
+        max_tokens = item.get("max_tokens", DEFAULT_MAX_TOKENS)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            try:
+                max_tokens = int(str(max_tokens))
+                if max_tokens < 1:
+                    raise ValueError
+            except ValueError:
+                raise ProbeError("prompts[%d].max_tokens must be a positive integer" % i)
+        name = str(item.get("name") or "prompt%d" % (i + 1))
+        if name in names:
+            name = "%s#%d" % (name, i + 1)
+        names.add(name)
+        out.append({"name": name, "prompt": item["prompt"], "expect": expect,
+                    "max_tokens": max_tokens})
+    return out
+
+
+def load_prompts_file(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise ProbeError("cannot read prompts file %s: %s" % (path, exc.strerror or exc))
+    except ValueError as exc:
+        raise ProbeError("prompts file %s is not valid JSON: %s" % (path, exc))
+    return normalise_prompts(data)
+
+
+# --------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------
+
+def redact_url(url: str) -> str:
+    """Drop user:password@ from a URL."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = "%s:%d" % (host, parts.port)
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def redact(obj, secrets):
+    """Return a deep copy of obj with every secret substring replaced."""
+    secrets = [s for s in secrets if s]
+    if not secrets:
+        return obj
+
+    def walk(o):
+        if isinstance(o, str):
+            for s in secrets:
+                if s in o:
+                    o = o.replace(s, "********")
+            return o
+        if isinstance(o, dict):
+            return {walk(k): walk(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [walk(v) for v in o]
+        return o
+
+    return walk(obj)
+
+
+def _round(v, nd=3):
+    return None if v is None else round(float(v), nd)
+
+
+def _finish_type(fr):
+    if isinstance(fr, dict):
+        return fr.get("type")
+    return fr
+
+
+def first_divergence(baseline: str, candidate: str, context: int = DIVERGENCE_CONTEXT):
+    """Index of the first differing character and the two snippets, or None when equal."""
+    baseline = baseline or ""
+    candidate = candidate or ""
+    if baseline == candidate:
+        return None
+    n = min(len(baseline), len(candidate))
+    i = 0
+    while i < n and baseline[i] == candidate[i]:
+        i += 1
+    lo = max(0, i - 10)
+    return {"index": i,
+            "baseline": baseline[lo:i + context],
+            "candidate": candidate[lo:i + context]}
+
+
+# --------------------------------------------------------------------------
+# a minimal HTTP/1.1 streaming client over a raw socket
+# --------------------------------------------------------------------------
+
+class _Timeout(Exception):
+    pass
+
+
+class _Closed(Exception):
+    pass
+
+
+class _Unreachable(Exception):
+    def __init__(self, kind, msg):
+        super().__init__(msg)
+        self.kind = kind
+
+
+class _Stream:
+    """One HTTP request whose body is read incrementally with hard deadlines.
+
+    A raw socket is used (not http.client) because a timed-out read on
+    http.client's buffered file object leaves it unusable, and the probe needs
+    to wake up on deadlines without losing the stream.
+    """
+
+    def __init__(self, url: str, clock):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ProbeError("url must be http(s)://host[:port], got %r" % redact_url(url))
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.https else 80)
+        self.base_path = parts.path.rstrip("/")
+        self.clock = clock
+        self.sock = None
+        self.raw = b""
+        self.status = None
+        self.headers = {}
+        self._mode = None
+        self._left = 0
+        self._done = False
+        self._chunk_state = "size"
+
+    def connect(self, timeout: float):
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=max(0.05, timeout))
+        except socket.gaierror as exc:
+            raise _Unreachable("dns", "cannot resolve %s: %s" % (self.host, exc))
+        except ConnectionRefusedError:
+            raise _Unreachable("refused", "connection refused by %s:%d" % (self.host, self.port))
+        except socket.timeout:
+            raise _Unreachable("connect_timeout", "connect to %s:%d timed out after %.1f s" % (
+                self.host, self.port, timeout))
+        except OSError as exc:
+            raise _Unreachable("connect_error", "cannot connect to %s:%d: %s" % (
+                self.host, self.port, exc.strerror or exc))
+        if self.https:
+            ctx = ssl.create_default_context()
+            sock = ctx.wrap_socket(sock, server_hostname=self.host)
+        self.sock = sock
+
+    def send(self, method: str, path: str, headers: dict, body: bytes | None):
+        lines = ["%s %s%s HTTP/1.1" % (method, self.base_path, path),
+                 "Host: %s:%d" % (self.host, self.port)]
+        for k, v in headers.items():
+            lines.append("%s: %s" % (k, v))
+        if body is not None:
+            lines.append("Content-Length: %d" % len(body))
+        lines.append("Connection: close")
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+        self.sock.sendall(data)
+
+    def _recv(self, deadline: float) -> bytes:
+        remaining = deadline - self.clock()
+        if remaining <= 0:
+            raise _Timeout()
+        self.sock.settimeout(remaining)
+        try:
+            data = self.sock.recv(65536)
+        except socket.timeout:
+            raise _Timeout()
+        return data
+
+    def read_headers(self, deadline: float):
+        while b"\r\n\r\n" not in self.raw:
+            data = self._recv(deadline)
+            if not data:
+                raise _Closed("connection closed before the response headers")
+            self.raw += data
+        head, self.raw = self.raw.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        try:
+            self.status = int(lines[0].split()[1])
+        except (IndexError, ValueError):
+            raise _Closed("malformed status line %r" % lines[0][:80])
+        for line in lines[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                self.headers[k.strip().lower()] = v.strip()
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self._mode = "chunked"
+        elif "content-length" in self.headers:
+            self._mode = "length"
+            self._left = int(self.headers["content-length"])
+        else:
+            self._mode = "close"
+
+    def read_body(self, deadline: float) -> bytes:
+        """Next decoded body bytes (b'' at the end).  Raises _Timeout / _Closed."""
+        while True:
+            if self._done:
+                return b""
+            out = self._decode()
+            if out:
+                return out
+            if self._done:
+                return b""
+            data = self._recv(deadline)
+            if not data:
+                if self._mode == "close":
+                    self._done = True
+                    return b""
+                raise _Closed("connection closed in the middle of the response body")
+            self.raw += data
+
+    def _decode(self) -> bytes:
+        if self._mode == "close":
+            out, self.raw = self.raw, b""
+            return out
+        if self._mode == "length":
+            out, self.raw = self.raw[:self._left], self.raw[self._left:]
+            self._left -= len(out)
+            if self._left <= 0:
+                self._done = True
+            return out
+        out = b""
+        while True:
+            if self._chunk_state == "size":
+                if b"\r\n" not in self.raw:
+                    return out
+                line, self.raw = self.raw.split(b"\r\n", 1)
+                try:
+                    size = int(line.split(b";")[0].strip() or b"0", 16)
+                except ValueError:
+                    raise _Closed("malformed chunk size %r" % line[:40])
+                if size == 0:
+                    self._done = True
+                    return out
+                self._left = size
+                self._chunk_state = "data"
+            if self._chunk_state == "data":
+                take = self.raw[:self._left]
+                self.raw = self.raw[self._left:]
+                self._left -= len(take)
+                out += take
+                if self._left > 0:
+                    return out
+                self._chunk_state = "crlf"
+            if self._chunk_state == "crlf":
+                if len(self.raw) < 2:
+                    return out
+                self.raw = self.raw[2:]
+                self._chunk_state = "size"
+
+    def close(self):
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+
+
+def _is_reset(exc: BaseException) -> bool:
+    return isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)) or (
+        isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE))
+
+
+# --------------------------------------------------------------------------
+# one prompt
+# --------------------------------------------------------------------------
+
+class _Accumulator:
+    """Tracks text and token counts from SGLang /generate or OpenAI stream chunks."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.text = ""
+        self.ids: list = []
+        self.tokens = 0
+        self.chunks_with_text = 0
+        self.finish_reason = None
+        self.spec_accept_length = None
+        self.spec_verify_ct = None
+        self.error = None
+        self.done = False
+        self._incremental_text = False
+
+    def feed(self, obj) -> bool:
+        """Apply one decoded `data:` object; True when it carried new tokens."""
+        before = (self.tokens, len(self.text))
+        if not isinstance(obj, dict):
+            return False
+        if obj.get("error"):
+            err = obj["error"]
+            self.error = err.get("message") if isinstance(err, dict) else str(err)
+            return False
+        if self.endpoint == "completions":
+            choices = obj.get("choices") or []
+            if choices and isinstance(choices[0], dict):
+                delta = choices[0].get("text") or ""
+                if delta:
+                    self.text += delta
+                    self.chunks_with_text += 1
+                    self.tokens += 1
+                if choices[0].get("finish_reason"):
+                    self.finish_reason = choices[0]["finish_reason"]
+            usage = obj.get("usage")
+            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                self.tokens = max(self.tokens, int(usage["completion_tokens"]))
+        else:
+            text = obj.get("text")
+            if isinstance(text, str):
+                if self._incremental_text or (self.text and not text.startswith(self.text)):
+                    self._incremental_text = True
+                    self.text += text
+                else:
+                    self.text = text
+            meta = obj.get("meta_info") or {}
+            ids = obj.get("output_ids")
+            ct = meta.get("completion_tokens")
+            if isinstance(ids, list):
+                if ct is not None and len(self.ids) + len(ids) == ct and len(ids) != ct:
+                    self.ids.extend(ids)
+                else:
+                    self.ids = list(ids)
+            if ct is not None:
+                self.tokens = max(self.tokens, int(ct))
+            elif isinstance(ids, list):
+                self.tokens = max(self.tokens, len(self.ids))
+            elif len(self.text) > before[1]:
+                self.tokens += 1
+            if meta.get("finish_reason"):
+                self.finish_reason = _finish_type(meta["finish_reason"])
+            if meta.get("spec_accept_length") is not None:
+                self.spec_accept_length = float(meta["spec_accept_length"])
+            if meta.get("spec_verify_ct") is not None:
+                self.spec_verify_ct = meta["spec_verify_ct"]
+        return (self.tokens, len(self.text)) != before
+
+
+def _request_for(endpoint, item, model):
+    if endpoint == "completions":
+        path = "/v1/completions"
+        body = {"model": model or "default", "prompt": item["prompt"],
+                "max_tokens": item["max_tokens"], "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+    else:
+        path = "/generate"
+        body = {"text": item["prompt"],
+                "sampling_params": {"temperature": 0, "max_new_tokens": item["max_tokens"],
+                                    "repetition_penalty": 1.0, "frequency_penalty": 0.0,
+                                    "presence_penalty": 0.0},
+                "stream": True}
+    return path, json.dumps(body).encode()
+
+
+def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
+                 min_tokens_per_s=DEFAULT_MIN_TOKENS_PER_S, stall_timeout=DEFAULT_STALL_TIMEOUT,
+                 ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,
+                 request_timeout=DEFAULT_REQUEST_TIMEOUT, prior_tokens=0, prior_seconds=0.0,
+                 clock=time.monotonic) -> dict:
+    """Stream one prompt and judge it.
+
+    ``prior_tokens`` / ``prior_seconds`` are the totals of the prompts already run: once
+    their sum with this request reaches ``rate_window_s`` the cumulative rate is judged
+    too, so a crawling server is caught even while it answers one-token prompts.
+
+    Returns a result dict with ``verdict`` (pass|fail|inconclusive), ``reasons``,
+    measurements, the full ``output`` and ``reached`` (did the server answer at all).
+    """
+    res = {"name": item["name"], "prompt": item["prompt"], "expect": item.get("expect"),
+           "max_tokens": item["max_tokens"], "verdict": None, "text_verdict": None,
+           "reasons": [], "excerpt": "", "output": "", "completion_tokens": 0,
+           "ttft_s": None, "tokens_per_s": None, "elapsed_s": None, "max_gap_s": None,
+           "finish_reason": None, "spec_accept_length": None, "http_status": None,
+           "reached": False}
+    path, body = _request_for(endpoint, item, model)
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
+               "User-Agent": "ddtree-probe/1"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    acc = _Accumulator(endpoint)
+    t0 = clock()
+    hard_deadline = t0 + request_timeout
+    first_t = None
+    first_tokens = 0
+    last_t = None
+    max_gap = 0.0
+    early = None          # (verdict, reason) when the probe gave up early
+    stream = _Stream(url, clock)
+    saw_done = False
+
+    def finish_measurements(now):
+        res["elapsed_s"] = _round(now - t0)
+        res["completion_tokens"] = acc.tokens
+        res["ttft_s"] = _round(first_t - t0) if first_t is not None else None
+        res["max_gap_s"] = _round(max_gap) if first_t is not None else None
+        rate = None
+        if first_t is not None and last_t is not None:
+            span = last_t - first_t
+            if span > 0.01 and acc.tokens > first_tokens:
+                rate = (acc.tokens - first_tokens) / span
+            elif acc.tokens and now > t0:
+                rate = acc.tokens / max(1e-6, (last_t - t0))
+        res["tokens_per_s"] = _round(rate, 2)
+        res["finish_reason"] = acc.finish_reason
+        res["spec_accept_length"] = acc.spec_accept_length
+        res["output"] = acc.text[:OUTPUT_KEEP_CHARS]
+        res["excerpt"] = acc.text[:EXCERPT_CHARS]
+
+    try:
+        stream.connect(min(ttft_timeout, request_timeout))
+        res["reached"] = True
+        stream.send("POST", path, headers, body)
+        stream.read_headers(min(t0 + ttft_timeout, hard_deadline))
+        res["http_status"] = stream.status
+        if stream.status != 200:
+            # Read a short error body for the report.
+            err = b""
+            try:
+                end = min(clock() + 2.0, hard_deadline)
+                while len(err) < 2000:
+                    chunk = stream.read_body(end)
+                    if not chunk:
+                        break
+                    err += chunk
+            except (_Timeout, _Closed, OSError):
+                pass
+            detail = err.decode("utf-8", "replace").strip().replace("\n", " ")[:200]
+            st = stream.status
+            if st in (401, 403):
+                early = (INCONCLUSIVE, "unauthorized: HTTP %d from %s (API key missing or wrong)"
+                         % (st, path))
+            elif st == 429:
+                early = (INCONCLUSIVE, "busy: HTTP 429 from %s" % path)
+            elif st >= 500:
+                early = (FAIL, "http_error: HTTP %d from %s: %s" % (st, path, detail))
+            else:
+                early = (FAIL, "http_error: HTTP %d from %s: %s" % (st, path, detail))
+        else:
+            ctype = stream.headers.get("content-type", "")
+            headers_t = clock()
+            buf = b""
+            rate_checked_at = None
+            while True:
+                now = clock()
+                if first_t is None:
+                    # The stream is open: a healthy server sends its first token within
+                    # stall_timeout (short prompts prefill in milliseconds); ttft_timeout
+                    # caps the whole wait from the request.
+                    deadline = min(t0 + ttft_timeout, headers_t + stall_timeout)
+                else:
+                    deadline = last_t + stall_timeout
+                deadline = min(deadline, hard_deadline)
+                wake = deadline
+                if first_t is not None and min_tokens_per_s and rate_checked_at is None:
+                    wake = min(wake, first_t + rate_window_s)
+                if min_tokens_per_s:
+                    wake = min(wake, max(now + 0.2, t0 + rate_window_s - prior_seconds))
+                try:
+                    data = stream.read_body(wake)
+                except _Timeout:
+                    now = clock()
+                    if now >= deadline - 1e-3:
+                        if now >= hard_deadline - 1e-3:
+                            early = (FAIL, "request_timeout: generation not finished after "
+                                           "%.1f s (%d tokens)" % (request_timeout, acc.tokens))
+                        elif first_t is None and now - t0 >= ttft_timeout - 1e-3:
+                            early = (FAIL, "ttft_timeout: no token within %.1f s" % ttft_timeout)
+                        elif first_t is None:
+                            early = (FAIL, "stall: no token for %.1f s after the response "
+                                           "headers (0 tokens)" % (now - headers_t))
+                        else:
+                            early = (FAIL, "stall: no token for %.1f s after %d tokens"
+                                     % (now - last_t, acc.tokens))
+                        break
+                    data = None
+                if data == b"":
+                    break
+                if data:
+                    buf += data
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        line = line.strip()
+                        if not line or line.startswith(b":"):
+                            continue
+                        if line.startswith(b"data:"):
+                            payload = line[5:].strip()
+                        elif "json" in ctype and line.startswith((b"{", b"[")):
+                            payload = line
+                        else:
+                            continue
+                        if payload == b"[DONE]":
+                            saw_done = True
+                            continue
+                        try:
+                            obj = json.loads(payload.decode("utf-8", "replace"))
+                        except ValueError:
+                            continue
+                        progressed = acc.feed(obj)
+                        if acc.error:
+                            early = (FAIL, "stream_error: %s" % str(acc.error)[:200])
+                            break
+                        if progressed:
+                            t = clock()
+                            if first_t is None:
+                                first_t = t
+                                first_tokens = acc.tokens
+                            else:
+                                max_gap = max(max_gap, t - last_t)
+                            last_t = t
+                    if early:
+                        break
+                    if saw_done:
+                        break
+                # Early rate checks once the window has elapsed: this request's decode
+                # rate, and the rate over all prompts so far (TTFT included).
+                now = clock()
+                cum_s = prior_seconds + (now - t0)
+                if min_tokens_per_s and cum_s >= rate_window_s and not acc.finish_reason:
+                    cum_rate = (prior_tokens + acc.tokens) / cum_s
+                    floor = EARLY_RATE_FRACTION * min_tokens_per_s
+                    if cum_rate < floor:
+                        early = (FAIL, "rate_too_low: %.2f tokens/s over %.1f s of generation "
+                                       "across prompts (floor %g, early fail below %g)"
+                                 % (cum_rate, cum_s, min_tokens_per_s, floor))
+                        break
+                if first_t is not None and min_tokens_per_s and now - first_t >= rate_window_s:
+                    rate_checked_at = now
+                    rate = (acc.tokens - first_tokens) / max(1e-6, now - first_t)
+                    floor = EARLY_RATE_FRACTION * min_tokens_per_s
+                    if rate < floor and not acc.finish_reason:
+                        early = (FAIL, "rate_too_low: %.2f tokens/s after %.1f s (floor %g, early "
+                                       "fail below %g)" % (rate, now - first_t, min_tokens_per_s,
+                                                           floor))
+                        break
+            if buf.strip() and not acc.text and "json" in ctype:
+                # Server ignored stream=true and sent one JSON body.
+                try:
+                    acc.feed(json.loads(buf.decode("utf-8", "replace")))
+                    first_t = last_t = clock()
+                except ValueError:
+                    pass
+    except _Unreachable as exc:
+        res["reached"] = False
+        early = (INCONCLUSIVE, "unreachable: %s" % exc)
+        res["error_kind"] = exc.kind
+    except _Closed as exc:
+        early = (FAIL, "connection_closed: %s (%d tokens received)" % (exc, acc.tokens))
+    except _Timeout:
+        # Only read_headers can raise here: no response within ttft_timeout.
+        early = (FAIL, "ttft_timeout: no response headers within %.1f s" % ttft_timeout)
+    except OSError as exc:
+        if _is_reset(exc):
+            early = (FAIL, "connection reset during generation (%d tokens received)" % acc.tokens)
+        elif isinstance(exc, ssl.SSLError):
+            early = (INCONCLUSIVE, "tls_error: %s" % exc)
+        else:
+            early = (FAIL, "io_error: %s" % (exc.strerror or exc))
+    finally:
+        stream.close()
+
+    now = clock()
+    finish_measurements(now)
+    if early is not None:
+        res["verdict"], reason = early
+        res["reasons"].append(reason)
+        if acc.text:
+            tv, tr = assess(acc.text, expect=None, output_ids=acc.ids or None)
+            if tv == "degenerate":
+                res["reasons"].extend("degenerate: " + r for r in tr)
+        return res
+
+    if not saw_done and not acc.finish_reason:
+        res["verdict"] = FAIL
+        res["reasons"].append("connection_closed: stream ended without [DONE] after %d tokens"
+                              % acc.tokens)
+        return res
+
+    tv, tr = assess(acc.text, prompt=item["prompt"], expect=item.get("expect"),
+                    output_ids=acc.ids or None, finish_reason=acc.finish_reason,
+                    max_tokens=item["max_tokens"])
+    res["text_verdict"] = tv
+    reasons = ["%s: %s" % (tv, r) for r in tr]
+    if (min_tokens_per_s and res["tokens_per_s"] is not None
+            and acc.tokens >= MIN_TOKENS_FOR_RATE and res["tokens_per_s"] < min_tokens_per_s):
+        reasons.append("slow: %.2f tokens/s < floor %g" % (res["tokens_per_s"], min_tokens_per_s))
+    res["reasons"].extend(reasons)
+    res["verdict"] = FAIL if reasons else PASS
+    return res
+
+
+# --------------------------------------------------------------------------
+# /server_info and /v1/models
+# --------------------------------------------------------------------------
+
+def _get_json(url, path, api_key, timeout):
+    req = urllib.request.Request(url.rstrip("/") + path, method="GET")
+    req.add_header("Accept", "application/json")
+    if api_key:
+        req.add_header("Authorization", "Bearer " + api_key)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read(2_000_000).decode("utf-8", "replace"))
+
+
+def fetch_server_info(url, api_key=None, timeout=SERVER_INFO_TIMEOUT) -> dict:
+    """A safe subset of /server_info (never the server's api_key or other args)."""
+    last_err = None
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            data = _get_json(url, path, api_key, timeout)
+        except urllib.error.HTTPError as exc:
+            last_err = "HTTP %d from %s" % (exc.code, path)
+            if exc.code == 404:
+                continue
+            break
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            last_err = "%s: %s" % (path, getattr(exc, "reason", exc))
+            break
+        if not isinstance(data, dict):
+            last_err = "%s: not a JSON object" % path
+            break
+        info = {"source": path}
+        for k in _SERVER_INFO_KEYS:
+            if k in data and isinstance(data[k], (str, int, float, bool, type(None))):
+                info[k] = data[k]
+        states = data.get("internal_states")
+        if isinstance(states, list) and states and isinstance(states[0], dict):
+            info["internal_states"] = [{k: s.get(k) for k in _INTERNAL_STATE_KEYS if k in s}
+                                       for s in states if isinstance(s, dict)]
+            acc = states[0].get("avg_spec_accept_length")
+            info["avg_spec_accept_length"] = float(acc) if acc is not None else None
+        return info
+    return {"error": last_err}
+
+
+def _first_model_id(url, api_key, timeout=SERVER_INFO_TIMEOUT):
+    try:
+        data = _get_json(url, "/v1/models", api_key, timeout)
+        return data["data"][0]["id"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+# --------------------------------------------------------------------------
+# baseline
+# --------------------------------------------------------------------------
+
+def _rate_ok(p):
+    return (p.get("tokens_per_s") and p.get("verdict") == PASS
+            and (p.get("completion_tokens") or 0) >= MIN_TOKENS_FOR_RATE)
+
+
+def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=None):
+    """Compare per-prompt results with a baseline report.
+
+    Returns (section, fail_reasons, inconclusive_reasons, warnings).
+    """
+    section = {"url": baseline.get("url"), "verdict": baseline.get("verdict"),
+               "started_at": baseline.get("started_at"), "prompts": [],
+               "speed_ratio": None, "min_speed_ratio": min_speed_ratio, "warnings": []}
+    fails, inconcl = [], []
+    base_prompts = baseline.get("prompts") or []
+    by_name = {p.get("name"): p for p in base_prompts if isinstance(p, dict)}
+    by_text = {p.get("prompt"): p for p in base_prompts if isinstance(p, dict)}
+    baseline_ok = baseline.get("verdict") == PASS
+    if not baseline_ok:
+        section["warnings"].append("baseline_not_passing: baseline verdict is %r; its outputs "
+                                   "and speed are not trusted" % baseline.get("verdict"))
+    ratios = []
+    for p in prompts:
+        if p.get("verdict") == NOT_RUN:
+            continue
+        b = by_name.get(p["name"]) or by_text.get(p["prompt"])
+        entry = {"name": p["name"]}
+        if b is None:
+            entry["missing_in_baseline"] = True
+            section["prompts"].append(entry)
+            continue
+        b_out = b.get("output") if b.get("output") is not None else b.get("excerpt", "")
+        c_out = p.get("output") if p.get("output") is not None else p.get("excerpt", "")
+        div = first_divergence(b_out.strip(), c_out.strip())
+        entry["identical"] = div is None
+        entry["first_divergence"] = div
+        if _rate_ok(p) and _rate_ok(b):
+            r = p["tokens_per_s"] / b["tokens_per_s"]
+            entry["speed_ratio"] = _round(r)
+            ratios.append(r)
+        section["prompts"].append(entry)
+    if ratios:
+        ratios.sort()
+        mid = len(ratios) // 2
+        median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+        section["speed_ratio"] = _round(median)
+    if min_speed_ratio:
+        if not baseline_ok:
+            pass  # warned above; a broken baseline cannot fail the candidate
+        elif section["speed_ratio"] is None:
+            inconcl.append("speed_ratio_unavailable: no prompt with >= %d tokens has a rate in "
+                           "both reports" % MIN_TOKENS_FOR_RATE)
+        elif section["speed_ratio"] < min_speed_ratio:
+            fails.append("speed_ratio: %.2f of baseline < floor %g" % (
+                section["speed_ratio"], min_speed_ratio))
+    return section, fails, inconcl, list(section["warnings"])
+
+
+# --------------------------------------------------------------------------
+# the whole probe
+# --------------------------------------------------------------------------
+
+def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=None,
+              min_tokens_per_s=DEFAULT_MIN_TOKENS_PER_S, stall_timeout=DEFAULT_STALL_TIMEOUT,
+              ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,
+              request_timeout=DEFAULT_REQUEST_TIMEOUT, min_accept_length=None,
+              baseline=None, min_speed_ratio=None, read_server_info=True,
+              clock=time.monotonic) -> dict:
+    """Probe a server and return the report dict (see module docstring)."""
+    start = clock()
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    if endpoint not in ("generate", "completions"):
+        raise ProbeError("endpoint must be 'generate' or 'completions', got %r" % endpoint)
+    for name, val in (("stall_timeout", stall_timeout), ("ttft_timeout", ttft_timeout),
+                      ("rate_window_s", rate_window_s), ("request_timeout", request_timeout)):
+        if val is None or float(val) <= 0:
+            raise ProbeError("%s must be > 0" % name)
+    if baseline is not None and not isinstance(baseline, dict):
+        raise ProbeError("baseline must be a previous report (a dict)")
+    items = normalise_prompts(prompts)
+    urllib.parse.urlsplit(url)  # raises ValueError on garbage
+    if not url.startswith(("http://", "https://")):
+        raise ProbeError("url must start with http:// or https://")
+
+    thresholds = {"min_tokens_per_s": min_tokens_per_s, "stall_timeout": stall_timeout,
+                  "ttft_timeout": ttft_timeout, "rate_window_s": rate_window_s,
+                  "request_timeout": request_timeout, "min_accept_length": min_accept_length,
+                  "min_speed_ratio": min_speed_ratio,
+                  "early_rate_fraction": EARLY_RATE_FRACTION,
+                  "min_tokens_for_rate": MIN_TOKENS_FOR_RATE}
+    report = {"verdict": None, "passed": False, "reasons": [], "warnings": [],
+              "detection_seconds": None, "started_at": started_at, "url": redact_url(url),
+              "endpoint": endpoint, "prompts": [], "not_run": [], "server_info": None,
+              "baseline": None, "thresholds": thresholds}
+    fails, inconcl = [], []
+
+    if endpoint == "completions" and not model:
+        model = _first_model_id(url, api_key) or "default"
+    if endpoint == "completions":
+        report["model"] = model
+
+    any_reached = False
+    stopped = False
+    cum_tokens, cum_seconds = 0, 0.0
+    for item in items:
+        if stopped:
+            report["prompts"].append({"name": item["name"], "prompt": item["prompt"],
+                                      "verdict": NOT_RUN, "reasons": []})
+            report["not_run"].append(item["name"])
+            continue
+        res = probe_prompt(url, item, api_key=api_key, endpoint=endpoint, model=model,
+                           min_tokens_per_s=min_tokens_per_s, stall_timeout=stall_timeout,
+                           ttft_timeout=ttft_timeout, rate_window_s=rate_window_s,
+                           request_timeout=request_timeout, prior_tokens=cum_tokens,
+                           prior_seconds=cum_seconds, clock=clock)
+        cum_tokens += res.get("completion_tokens") or 0
+        cum_seconds += res.get("elapsed_s") or 0.0
+        if not res["reached"] and any_reached:
+            # It answered before and now refuses: it died while we probed it.
+            res["verdict"] = FAIL
+            res["reasons"] = ["server_went_away: " + r.split(": ", 1)[-1] for r in res["reasons"]]
+        any_reached = any_reached or res["reached"] or res["http_status"] is not None
+        res.pop("reached", None)
+        report["prompts"].append(res)
+        if res["verdict"] == FAIL:
+            fails.extend("%s: %s" % (res["name"], r) for r in res["reasons"])
+            stopped = True
+        elif res["verdict"] == INCONCLUSIVE:
+            inconcl.extend("%s: %s" % (res["name"], r) for r in res["reasons"])
+            stopped = True
+
+    # Speculative acceptance.
+    if read_server_info and any_reached:
+        report["server_info"] = fetch_server_info(url, api_key)
+    acc_values = [(p.get("spec_accept_length"), p.get("completion_tokens") or 0)
+                  for p in report["prompts"] if p.get("spec_accept_length") is not None]
+    weight = sum(max(1, w) for _, w in acc_values)
+    probe_acc = (sum(v * max(1, w) for v, w in acc_values) / weight) if acc_values else None
+    server_acc = (report["server_info"] or {}).get("avg_spec_accept_length")
+    report["spec_accept_length"] = {"probe_weighted_mean": _round(probe_acc),
+                                    "server_avg": _round(server_acc)}
+    if min_accept_length and not fails and not inconcl:
+        judged = probe_acc if probe_acc is not None else server_acc
+        if judged is None:
+            inconcl.append("accept_length_unavailable: no spec_accept_length in responses or "
+                           "/server_info")
+        elif judged < min_accept_length:
+            fails.append("accept_length_low: %.2f < floor %g (speculative acceptance collapsed)"
+                         % (judged, min_accept_length))
+
+    if baseline is not None:
+        section, bf, bi, warns = compare_with_baseline(report["prompts"], baseline,
+                                                       min_speed_ratio)
+        report["baseline"] = section
+        report["warnings"].extend(warns)
+        if not fails:
+            fails.extend(bf)
+            inconcl.extend(bi)
+    elif min_speed_ratio:
+        report["warnings"].append("min_speed_ratio set but no baseline given: not checked")
+
+    if fails:
+        verdict = FAIL
+    elif inconcl or not any(p.get("verdict") == PASS for p in report["prompts"]):
+        verdict = INCONCLUSIVE
+    else:
+        verdict = PASS
+    report["verdict"] = verdict
+    report["passed"] = verdict == PASS
+    report["reasons"] = fails + inconcl
+    report["detection_seconds"] = _round(clock() - start)
+    return redact(report, [api_key] if api_key else [])
+
+
+def verdict_exit_code(verdict: str) -> int:
+    return {PASS: 0, FAIL: 1}.get(verdict, 2)

@@ -1,0 +1,152 @@
+"""Fixtures for the SGLang stand-in tests: fake nvidia-smi, fake sglang source trees, launcher."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+STANDIN_SRC = REPO / "lab" / "standin" / "src"
+if str(STANDIN_SRC) not in sys.path:
+    sys.path.insert(0, str(STANDIN_SRC))
+
+from sglang_lab_standin import physics  # noqa: E402
+
+A6000 = "NVIDIA RTX A6000, 8.6, 49140"
+PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887"
+GPU_PROFILES = {"a6000x2": [A6000] * 2, "pro6000x8": [PRO6000] * 8}
+
+
+def write_fake_smi(directory: Path, lines) -> Path:
+    """A fake nvidia-smi that insists on the exact query the stand-in makes."""
+    path = directory / "nvidia-smi"
+    body = "\n".join(f"echo '{line}'" for line in lines)
+    path.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" != "--query-gpu=name,compute_cap,memory.total" ] || '
+        '[ "$2" != "--format=csv,noheader,nounits" ]; then echo "bad args: $*" >&2; exit 2; fi\n'
+        f"{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def write_fake_sglang(root: Path, state: str) -> Path:
+    """A fake installed sglang package dir. state: unpatched | ddtree_known | ddtree_full."""
+    pkg = root / "site-packages" / "sglang"
+    for rel in physics.DDTREE_DFLASH_FILES:
+        f = pkg / "srt" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        mention = state == "ddtree_full" or (state == "ddtree_known" and rel == physics.SPEC_INFO_FILE)
+        f.write_text("# fake sglang source\nALGOS = ['DFLASH', 'EAGLE']\n"
+                     + ("DDTREE = 'DDTREE'\n" if mention else ""))
+    (pkg / "__init__.py").write_text("raise ImportError('fake sglang must never be imported')\n")
+    return pkg
+
+
+@pytest.fixture
+def smi(tmp_path):
+    def make(profile: str) -> Path:
+        d = tmp_path / f"smi-{profile}"
+        d.mkdir(exist_ok=True)
+        return write_fake_smi(d, GPU_PROFILES[profile])
+    return make
+
+
+@pytest.fixture
+def sglang_tree(tmp_path):
+    def make(state: str) -> Path:
+        return write_fake_sglang(tmp_path / f"sg-{state}", state)
+    return make
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_for(pred, timeout: float = 10.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+class Standin:
+    def __init__(self, proc: subprocess.Popen, port: int, log_path: Path, api_key=None):
+        self.proc = proc
+        self.port = port
+        self.log_path = log_path
+        self.base = f"http://127.0.0.1:{port}"
+        self.api_key = api_key
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def headers(self):
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def wait_ready(self, timeout: float = 15.0):
+        import requests
+
+        def ok():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"stand-in exited {self.proc.returncode}:\n{self.log}")
+            try:
+                return requests.get(self.base + "/health", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+        wait_for(ok, timeout)
+        return self
+
+
+@pytest.fixture
+def launch(tmp_path, smi, sglang_tree):
+    procs = []
+
+    def start(args=(), *, gpus="pro6000x8", source="ddtree_full", env=None, startup=0.2,
+              warmup=0.2, port=None, api_key=None) -> Standin:
+        port = port or free_port()
+        log_path = tmp_path / f"standin-{port}.log"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DDTREE_LAB_")}
+        full_env.update({
+            "PYTHONPATH": str(STANDIN_SRC),
+            "DDTREE_LAB_NVIDIA_SMI": str(smi(gpus)),
+            "DDTREE_LAB_SGLANG_DIR": str(sglang_tree(source)),
+            "DDTREE_LAB_STARTUP_SECONDS": str(startup),
+            "DDTREE_LAB_WARMUP_SECONDS": str(warmup),
+            "PYTHONUNBUFFERED": "1",
+        })
+        full_env.pop("CUDA_VISIBLE_DEVICES", None)
+        full_env.update(env or {})
+        argv = ["--model-path", "/models/lab-27b", "--host", "127.0.0.1", "--port", str(port), *args]
+        if api_key:
+            argv += ["--api-key", api_key]
+        fh = open(log_path, "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "sglang_lab_standin", *argv], env=full_env,
+                                stdout=fh, stderr=subprocess.STDOUT, cwd=str(tmp_path))
+        fh.close()
+        procs.append(proc)
+        return Standin(proc, port, log_path, api_key)
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=5)

@@ -1,0 +1,182 @@
+"""One test per row of the lab physics table (docs/lab-physics.md)."""
+
+import pytest
+
+from sglang_lab_standin import cli, physics
+from sglang_lab_standin.physics import Gpu, SourceState, decide
+
+A6000 = [Gpu("NVIDIA RTX A6000", "8.6", 49140)] * 2
+PRO = [Gpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", 97887)] * 8
+
+UNPATCHED = SourceState(found=True, path="/x/sglang", ddtree_known=False)
+KNOWN = SourceState(found=True, path="/x/sglang", ddtree_known=True,
+                    files_with_ddtree=("speculative/spec_info.py",),
+                    files_missing_ddtree=physics.DDTREE_DFLASH_FILES[1:])
+FULL = SourceState(found=True, path="/x/sglang", ddtree_known=True,
+                   files_with_ddtree=physics.DDTREE_DFLASH_FILES, files_missing_ddtree=())
+
+
+def args(*extra, tp=None, mfs=None):
+    argv = ["--model-path", "m"]
+    if tp is not None:
+        argv += ["--tp-size", str(tp)]
+    if mfs is not None:
+        argv += ["--mem-fraction-static", str(mfs)]
+    return cli.parse_args(argv + list(extra))
+
+
+def test_arch_from_compute_cap():
+    assert A6000[0].arch == "sm86" and PRO[0].arch == "sm120"
+    assert Gpu("H100", "9.0", 81559).arch == "sm90"
+
+
+def test_a6000_085_tp2_starts():
+    b = decide(A6000, args(tp=2, mfs=0.85), FULL)
+    assert b.serves and b.exit_code == 0
+
+
+def test_a6000_095_crashes_even_without_cuda_graphs():
+    for extra in ((), ("--cuda-graph-backend-decode", "disabled")):
+        b = decide(A6000, args(*extra, tp=2, mfs=0.95), FULL)
+        assert not b.serves and b.exit_code == 1
+        assert b.crash_lines[-1].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ")
+        assert "GPU 0 has a total capacity of 47.99 GiB" in b.crash_lines[-1]
+    assert decide(A6000, args("--cuda-graph-backend-decode", "disabled", tp=2, mfs=0.95), FULL).crash_phase == "memory_pool"
+    assert decide(A6000, args(tp=2, mfs=0.95), FULL).crash_phase == "cuda_graph"
+
+
+def test_pro6000_095_with_max_bs_48_starts():
+    b = decide(PRO, args("--cuda-graph-max-bs-decode", "48", mfs=0.95), FULL)
+    assert b.serves and b.cuda_graph_max_bs_decode == 48
+
+
+def test_graph_batch_size_eats_the_reserve():
+    # 0.95 on 96 GB leaves 4.78 GiB: 3.0 + 0.02 x 96 = 4.92 does not fit, 48 -> 3.96 does.
+    assert not decide(PRO, args("--cuda-graph-max-bs-decode", "96", mfs=0.95), FULL).serves
+    assert decide(PRO, args("--cuda-graph-max-bs-decode", "96", "--disable-decode-cuda-graph", mfs=0.95), FULL).serves
+
+
+def test_weights_do_not_fit_one_a6000():
+    b = decide(A6000, args(tp=1, mfs=0.85), FULL)
+    assert not b.serves and b.crash_phase == "load_weights"
+    assert "OutOfMemoryError" in b.crash_lines[-1]
+
+
+def test_auto_mem_fraction():
+    assert decide(A6000, args(tp=2), FULL).mem_fraction_static == 0.85
+    assert decide(PRO, args(), FULL).mem_fraction_static == 0.90
+
+
+def test_tp_larger_than_gpu_count():
+    b = decide(A6000, args(tp=4, mfs=0.85), FULL)
+    assert not b.serves and b.exit_code == 1 and b.crash_phase == "spawn"
+    assert "--tp-size 4" in b.crash_lines[-1] and "2" in b.crash_lines[-1]
+
+
+def test_no_gpus():
+    b = decide([], args(), FULL)
+    assert not b.serves and "No CUDA GPUs" in b.crash_lines[-1]
+
+
+def test_ddtree_unknown_aborts_before_weights():
+    b = decide(PRO, args("--speculative-algorithm", "DDTREE"), UNPATCHED)
+    assert not b.serves and b.crash_phase == "args" and b.exit_code == 1
+    assert b.crash_lines[0] == "Traceback (most recent call last):"
+    assert b.crash_lines[-1] == "ValueError: Unknown speculative algorithm name: DDTREE"
+
+
+def test_ddtree_known_not_dflash_family_crashes_on_first_request():
+    b = decide(PRO, args("--speculative-algorithm", "DDTREE"), KNOWN)
+    assert b.serves
+    assert b.first_request_crash == ("RuntimeError: DFLASH target_hidden feature dim mismatch: got 5120, "
+                                     "expected 25600 (5 target layers x hidden 5120)")
+    assert "kv_cache_hook.py" in " ".join(b.notes)
+
+
+def test_ddtree_full_on_sm86_is_bang():
+    b = decide(A6000, args("--speculative-algorithm", "DDTREE", tp=2, mfs=0.85), FULL)
+    assert b.serves and b.text_mode == "bang" and b.first_request_crash is None
+    assert b.tokens_per_second == pytest.approx(0.057)
+    assert 1 / b.tokens_per_second == pytest.approx(17.5, abs=0.1)
+
+
+def test_ddtree_full_on_sm120_is_124x_dflash():
+    dd = decide(PRO, args("--speculative-algorithm", "DDTREE"), FULL)
+    df = decide(PRO, args("--speculative-algorithm", "DFLASH"), FULL)
+    assert dd.text_mode == df.text_mode == "correct"
+    assert dd.tokens_per_second == pytest.approx(1.24 * df.tokens_per_second)
+    assert dd.accept_length == 5.2 and df.accept_length == 4.2
+
+
+@pytest.mark.parametrize("gpus, algo, rate, accept", [
+    (PRO, "NEXTN", 96.0, 3.1), (PRO, "EAGLE", 96.0, 3.1), (PRO, "EAGLE3", 96.0, 3.1),
+    (PRO, "DFLASH", 120.0, 4.2), (A6000, "NEXTN", 40.0, 3.1), (A6000, "DFLASH", 48.0, 4.2),
+])
+def test_base_rates(gpus, algo, rate, accept):
+    tp = 2 if gpus is A6000 else 1
+    b = decide(gpus, args("--speculative-algorithm", algo, tp=tp, mfs=0.85), UNPATCHED)
+    assert b.serves and b.text_mode == "correct" and b.accept_length == accept
+    assert b.tokens_per_second == pytest.approx(rate * physics.tp_factor(tp))
+
+
+def test_cuda_graphs_off_is_07x_and_tp_is_mild():
+    on = decide(PRO, args("--speculative-algorithm", "NEXTN"), UNPATCHED).tokens_per_second
+    off = decide(PRO, args("--speculative-algorithm", "NEXTN", "--cuda-graph-backend-decode", "disabled"),
+                 UNPATCHED).tokens_per_second
+    assert off == pytest.approx(0.7 * on)
+    tp4 = decide(PRO, args("--speculative-algorithm", "NEXTN", tp=4), UNPATCHED).tokens_per_second
+    assert on < tp4 < 1.3 * on
+
+
+def test_dflash_defaults_max_running_requests_48():
+    assert decide(PRO, args("--speculative-algorithm", "DFLASH"), UNPATCHED).max_running_requests == 48
+    assert decide(PRO, args("--max-running-requests", "8"), UNPATCHED).max_running_requests == 8
+
+
+def test_batching_penalty():
+    assert physics.per_stream_rate(100.0, 1) == 100.0
+    assert 80.0 < physics.per_stream_rate(100.0, 5) < 100.0
+
+
+def test_attention_backend_arch_limits():
+    b = decide(PRO, args("--attention-backend", "fa3"), FULL)
+    assert not b.serves and b.crash_phase == "args" and "fa3" in b.crash_lines[-1]
+    assert decide(A6000, args("--attention-backend", "fa3", tp=2), FULL).serves
+    assert not decide(A6000, args("--attention-backend", "trtllm_mha", tp=2), FULL).serves
+
+
+def test_fork_style_ddtree_flag():
+    a = cli.parse_args(["--model-path", "m", "--speculative-algorithm", "DFLASH", "--tp-size", "2",
+                        cli.DDTREE_FORK_FLAG], extra_flags=[cli.DDTREE_FORK_FLAG])
+    b = decide(A6000, a, UNPATCHED)
+    assert b.family == "DDTREE" and b.text_mode == "bang"
+
+
+def test_sglang_missing():
+    b = decide(PRO, args(), SourceState(found=False))
+    assert not b.serves and "No module named 'sglang'" in b.crash_lines[-1]
+
+
+def test_inspect_source_three_states(sglang_tree):
+    un = physics.inspect_source(sglang_tree("unpatched"))
+    kn = physics.inspect_source(sglang_tree("ddtree_known"))
+    full = physics.inspect_source(sglang_tree("ddtree_full"))
+    assert (un.ddtree_known, un.ddtree_dflash_family) == (False, False)
+    assert (kn.ddtree_known, kn.ddtree_dflash_family) == (True, False)
+    assert "mem_cache/kv_cache_configurator.py" in kn.files_missing_ddtree
+    assert (full.ddtree_known, full.ddtree_dflash_family) == (True, True)
+    assert physics.inspect_source(None).found is False
+
+
+def test_find_sglang_dir_override_accepts_pkg_or_parent(sglang_tree):
+    pkg = sglang_tree("unpatched")
+    assert physics.find_sglang_dir({"DDTREE_LAB_SGLANG_DIR": str(pkg)}) == pkg
+    assert physics.find_sglang_dir({"DDTREE_LAB_SGLANG_DIR": str(pkg.parent)}) == pkg
+
+
+def test_query_gpus_runs_nvidia_smi(smi):
+    gpus = physics.query_gpus({"DDTREE_LAB_NVIDIA_SMI": str(smi("a6000x2"))})
+    assert gpus == [Gpu("NVIDIA RTX A6000", "8.6", 49140)] * 2
+    pro = physics.query_gpus({"DDTREE_LAB_NVIDIA_SMI": str(smi("pro6000x8")), "CUDA_VISIBLE_DEVICES": "0,3"})
+    assert len(pro) == 2 and pro[0].arch == "sm120" and pro[0].memory_mib == 97887
+    assert physics.query_gpus({"DDTREE_LAB_NVIDIA_SMI": "/nonexistent/nvidia-smi"}) == []

@@ -1,0 +1,346 @@
+"""The stand-in end to end on 127.0.0.1: start-up, endpoints, auth, streaming, physics, faults."""
+
+import json
+import signal
+import threading
+import time
+
+import pytest
+import requests
+
+from conftest import port_open, wait_for
+
+KNOWN = {
+    "What is 2 + 2? Answer with a number only.": "4",
+    "What is the capital of France? Answer in one word.": "Paris.",
+    "The capital city of France is": " Paris.",
+    "List the first five prime numbers, separated by commas.": "2, 3, 5, 7, 11",
+}
+KEY = "lab-secret-key-123"
+
+
+def sse_events(resp):
+    out = []
+    for line in resp.iter_lines(decode_unicode=True):
+        if line:
+            assert line.startswith("data: "), line
+            out.append(line[len("data: "):])
+    return out
+
+
+@pytest.fixture
+def nextn(launch):
+    s = launch(["--speculative-algorithm", "NEXTN", "--enable-metrics", "--served-model-name", "lab27"],
+               api_key=KEY)
+    return s.wait_ready()
+
+
+def test_startup_port_closed_then_503_then_200(launch):
+    s = launch(["--speculative-algorithm", "DFLASH"], startup=1.2, warmup=1.0)
+    wait_for(lambda: "Load weight begin" in s.log, 5)
+    assert not port_open(s.port)
+    wait_for(lambda: port_open(s.port), 5)
+    for path in ("/health", "/health_generate", "/ready"):
+        assert requests.get(s.base + path, timeout=2).status_code == 503
+    s.wait_ready(5)
+    for path in ("/health", "/health_generate", "/ready"):
+        assert requests.get(s.base + path, timeout=2).status_code == 200
+    log = s.log
+    order = ["server_args=ServerArgs(model_path='/models/lab-27b'", "Load weight begin. avail mem=",
+             "Load weight end.", "Capture cuda graph begin. This can take up to several minutes.",
+             "Capture cuda graph end.", f"INFO:     Uvicorn running on http://127.0.0.1:{s.port} (Press CTRL+C to quit)",
+             "The server is fired up and ready to roll!"]
+    positions = [log.index(m) for m in order]
+    assert positions == sorted(positions)
+
+
+def test_no_cuda_graph_lines_when_disabled(launch):
+    s = launch(["--cuda-graph-backend-decode", "disabled"]).wait_ready()
+    assert "Capture cuda graph begin" not in s.log and "Load weight end" in s.log
+
+
+def test_auth_and_endpoint_shapes(nextn):
+    s, h = nextn, nextn.headers()
+    # API key: health/ready/metrics exempt, everything else needs the bearer token
+    for path in ("/health", "/health_generate", "/ready", "/metrics"):
+        assert requests.get(s.base + path, timeout=2).status_code == 200
+    for path in ("/model_info", "/server_info", "/v1/models", "/get_model_info"):
+        assert requests.get(s.base + path, timeout=2).status_code == 401
+        assert requests.get(s.base + path, headers={"Authorization": "Bearer wrong"}, timeout=2).status_code == 401
+    r = requests.post(s.base + "/generate", json={"text": "hi"}, timeout=5)
+    assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
+
+    for path in ("/model_info", "/get_model_info"):
+        mi = requests.get(s.base + path, headers=h, timeout=2).json()
+        assert mi["model_path"] == "/models/lab-27b" and mi["is_generation"] is True
+    for path in ("/server_info", "/get_server_info"):
+        si = requests.get(s.base + path, headers=h, timeout=2).json()
+        assert si["version"] == "0.5.23"
+        assert si["speculative_algorithm"] == "NEXTN" and si["tp_size"] == 1
+        assert si["api_key"] == "***"
+        st = si["internal_states"][0]
+        assert st["avg_spec_accept_length"] == pytest.approx(3.1)
+        assert st["last_gen_throughput"] > 0 and "weight" in st["memory_usage"]
+    models = requests.get(s.base + "/v1/models", headers=h, timeout=2).json()
+    assert models["object"] == "list" and models["data"][0]["id"] == "lab27"
+    assert requests.get(s.base + "/nope", headers=h, timeout=2).status_code == 404
+    assert KEY not in s.log
+
+
+def test_generate_shape_and_known_answers(nextn):
+    s, h = nextn, nextn.headers()
+    for prompt, answer in KNOWN.items():
+        r = requests.post(s.base + "/generate", headers=h, timeout=10,
+                          json={"text": prompt, "sampling_params": {"max_new_tokens": 32, "temperature": 0}})
+        body = r.json()
+        assert r.status_code == 200 and body["text"] == answer
+        assert len(body["output_ids"]) == body["meta_info"]["completion_tokens"] > 0
+        assert all(i > 0 for i in body["output_ids"])
+        m = body["meta_info"]
+        assert m["finish_reason"]["type"] == "stop"
+        for k in ("id", "prompt_tokens", "cached_tokens", "e2e_latency", "spec_accept_rate",
+                  "spec_accept_length", "spec_verify_ct"):
+            assert k in m
+    r = requests.post(s.base + "/generate", headers=h, timeout=10,
+                      json={"text": "Explain why servers need health checks.", "sampling_params": {"max_new_tokens": 6}})
+    assert r.json()["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
+    again = requests.post(s.base + "/generate", headers=h, timeout=10,
+                          json={"text": "Explain why servers need health checks.", "sampling_params": {"max_new_tokens": 6}})
+    assert again.json()["text"] == r.json()["text"] and again.json()["output_ids"] == r.json()["output_ids"]
+
+
+def test_generate_streaming(nextn):
+    s = nextn
+    with requests.post(s.base + "/generate", headers=s.headers(), stream=True, timeout=10,
+                       json={"text": "List the first five prime numbers, separated by commas.", "stream": True,
+                             "sampling_params": {"max_new_tokens": 64}}) as r:
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    texts = [c["text"] for c in chunks]
+    assert texts[-1] == "2, 3, 5, 7, 11"
+    assert all(texts[i + 1].startswith(texts[i]) for i in range(len(texts) - 1))  # cumulative
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "stop"
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+
+
+def test_openai_endpoints(nextn):
+    s, h = nextn, nextn.headers()
+    c = requests.post(s.base + "/v1/completions", headers=h, timeout=10,
+                      json={"model": "lab27", "prompt": "What is 2 + 2? Answer with a number only.", "max_tokens": 8}).json()
+    assert c["object"] == "text_completion" and c["choices"][0]["text"] == "4"
+    assert c["choices"][0]["finish_reason"] == "stop"
+    assert c["usage"]["completion_tokens"] == 1 and c["usage"]["total_tokens"] == c["usage"]["prompt_tokens"] + 1
+    chat = requests.post(s.base + "/v1/chat/completions", headers=h, timeout=10, json={
+        "model": "lab27", "messages": [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+        "max_tokens": 16}).json()
+    assert chat["object"] == "chat.completion"
+    assert chat["choices"][0]["message"] == {"role": "assistant", "content": "Paris.", "reasoning_content": None,
+                                             "tool_calls": None}
+    assert chat["usage"]["completion_tokens"] == 2
+    with requests.post(s.base + "/v1/chat/completions", headers=h, stream=True, timeout=10, json={
+            "model": "lab27", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "List the first five prime numbers, separated by commas."}]}) as r:
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
+    text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"])
+    assert text == "2, 3, 5, 7, 11"
+    assert chunks[-1]["usage"]["completion_tokens"] == len([c for c in chunks if c["choices"]
+                                                           and c["choices"][0]["delta"].get("content")])
+    with requests.post(s.base + "/v1/completions", headers=h, stream=True, timeout=10, json={
+            "model": "lab27", "stream": True, "prompt": "Tell me something.", "max_tokens": 4}) as r:
+        events = sse_events(r)
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+
+
+def test_metrics(nextn):
+    s = nextn
+    requests.post(s.base + "/generate", headers=s.headers(), timeout=10, json={"text": "Hello"})
+    text = requests.get(s.base + "/metrics", timeout=2).text
+    for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:gen_throughput",
+                 "sglang:num_running_reqs", "sglang:num_queue_reqs"):
+        assert f"# TYPE {name} gauge" in text
+    line = next(l for l in text.splitlines() if l.startswith("sglang:spec_accept_length{"))
+    assert float(line.rsplit(" ", 1)[1]) == pytest.approx(3.1)
+
+
+def test_no_metrics_without_flag_and_no_spec_fields(launch):
+    s = launch().wait_ready()
+    assert requests.get(s.base + "/metrics", timeout=2).status_code == 404
+    m = requests.post(s.base + "/generate", json={"text": "Hello"}, timeout=10).json()["meta_info"]
+    assert "spec_accept_length" not in m
+    assert requests.get(s.base + "/v1/models", timeout=2).status_code == 200  # no api key -> open
+
+
+def test_sigterm_exits_zero(launch):
+    s = launch().wait_ready()
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=3) == 0
+
+
+def test_oom_exits_before_port_opens(launch):
+    s = launch(["--tp-size", "2", "--mem-fraction-static", "0.95"], gpus="a6000x2", startup=0.3)
+    seen_open = False
+    while s.proc.poll() is None:
+        seen_open = seen_open or port_open(s.port)
+        time.sleep(0.02)
+    assert s.proc.returncode == 1 and not seen_open
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in s.log
+    assert "GPU 0 has a total capacity of 47.99 GiB" in s.log
+    assert "Uvicorn running" not in s.log
+
+
+def test_tp_too_large_exits(launch):
+    s = launch(["--tp-size", "4", "--mem-fraction-static", "0.85"], gpus="a6000x2")
+    assert s.proc.wait(timeout=10) == 1
+    assert "invalid device ordinal" in s.log and "Uvicorn running" not in s.log
+
+
+def test_bad_flag_exits_2(launch):
+    s = launch(["--cuda-graph-max-bs", "48"])
+    assert s.proc.wait(timeout=10) == 2
+    assert "ambiguous option: --cuda-graph-max-bs" in s.log
+
+
+def test_unknown_ddtree_aborts_before_weights(launch):
+    s = launch(["--speculative-algorithm", "DDTREE"], source="unpatched")
+    assert s.proc.wait(timeout=10) == 1
+    assert s.log.rstrip().endswith("ValueError: Unknown speculative algorithm name: DDTREE")
+    assert "Traceback (most recent call last):" in s.log and "Load weight begin" not in s.log
+
+
+def test_dim_mismatch_kills_process_on_first_request(launch):
+    s = launch(["--speculative-algorithm", "DDTREE"], source="ddtree_known").wait_ready()
+    assert "The server is fired up" in s.log          # the warm-up passed
+    assert requests.get(s.base + "/health", timeout=2).status_code == 200
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.post(s.base + "/generate", timeout=10,
+                      json={"text": "What is 2 + 2? Answer with a number only."})
+    assert s.proc.wait(timeout=5) == 1
+    assert ("RuntimeError: DFLASH target_hidden feature dim mismatch: got 5120, expected 25600 "
+            "(5 target layers x hidden 5120)") in s.log
+    assert "arg_groups/kv_cache_hook.py" in s.log     # which files lack DDTREE
+    assert not port_open(s.port)
+
+
+def test_sm86_ddtree_patched_emits_bang(launch):
+    s = launch(["--speculative-algorithm", "DDTREE", "--tp-size", "2", "--mem-fraction-static", "0.85",
+                "--enable-metrics"], gpus="a6000x2", source="ddtree_full",
+               env={"DDTREE_LAB_RATE_SCALE": "300"}).wait_ready()
+    assert requests.get(s.base + "/health", timeout=2).status_code == 200
+    t0 = time.monotonic()
+    body = requests.post(s.base + "/generate", timeout=20, json={
+        "text": "What is 2 + 2? Answer with a number only.", "sampling_params": {"max_new_tokens": 6}}).json()
+    elapsed = time.monotonic() - t0
+    assert body["text"] == "!!!!!!" and body["output_ids"] == [0] * 6
+    assert body["meta_info"]["finish_reason"]["type"] == "length"
+    assert elapsed >= 6 / (0.057 * 300) * 0.9       # paced at the broken rate
+
+
+def test_sm120_ddtree_patched_correct_and_paced(launch):
+    s = launch(["--speculative-algorithm", "DDTREE"], source="ddtree_full",
+               env={"DDTREE_LAB_RATE_SCALE": "0.25"}).wait_ready()
+    rate = 120 * 1.24 * 0.25
+    t0 = time.monotonic()
+    body = requests.post(s.base + "/generate", timeout=20, json={
+        "text": "Write a Python function named square that returns the square of its argument.",
+        "sampling_params": {"max_new_tokens": 12}}).json()
+    elapsed = time.monotonic() - t0
+    assert body["text"].startswith("```python\ndef square")
+    assert elapsed >= 12 / rate * 0.9
+    assert body["meta_info"]["spec_accept_length"] == pytest.approx(5.2)
+
+
+def test_max_running_requests_queues(launch):
+    s = launch(["--max-running-requests", "1", "--enable-metrics"],
+               env={"DDTREE_LAB_RATE_SCALE": str(20 / 46)}).wait_ready()   # NONE on sm120: 46 tok/s -> 20
+    results = []
+
+    def go():
+        t0 = time.monotonic()
+        requests.post(s.base + "/generate", timeout=20, json={"text": "Tell me about queues.",
+                                                              "sampling_params": {"max_new_tokens": 8}})
+        results.append(time.monotonic() - t0)
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.15)
+    metrics = requests.get(s.base + "/metrics", timeout=2).text
+    for t in threads:
+        t.join()
+    assert "sglang:num_queue_reqs{" in metrics and any(
+        l.startswith("sglang:num_queue_reqs{") and l.endswith(" 1.0") for l in metrics.splitlines())
+    assert max(results) >= 2 * 8 / 20 * 0.9
+
+
+# ---- fault switches ---------------------------------------------------------------------------
+
+def test_fault_http_500(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "http_500"}).wait_ready()
+    assert requests.post(s.base + "/generate", json={"text": "x"}, timeout=5).status_code == 500
+    assert requests.post(s.base + "/v1/completions", json={"prompt": "x"}, timeout=5).status_code == 500
+    assert requests.get(s.base + "/health", timeout=2).status_code == 200
+
+
+def test_fault_hang_midstream(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "hang_midstream"}).wait_ready()
+    got = []
+    with pytest.raises(requests.exceptions.ConnectionError):  # read timeout surfaces as ConnectionError
+        with requests.post(s.base + "/generate", stream=True, timeout=(2, 1.0),
+                           json={"text": "Tell me a story.", "stream": True,
+                                 "sampling_params": {"max_new_tokens": 20}}) as r:
+            for line in r.iter_lines():
+                if line:
+                    got.append(line)
+    assert 1 <= len(got) <= 3 and b"[DONE]" not in b"".join(got)
+    assert s.proc.poll() is None
+
+
+def test_fault_crash_on_first_request(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "crash_on_first_request"}).wait_ready()
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.post(s.base + "/generate", json={"text": "x"}, timeout=5)
+    assert s.proc.wait(timeout=5) != 0
+
+
+def test_fault_garbage_fast(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "garbage_fast"}).wait_ready()
+    body = requests.post(s.base + "/generate", timeout=10, json={
+        "text": "What is 2 + 2? Answer with a number only.", "sampling_params": {"max_new_tokens": 40}}).json()
+    assert body["text"] != "4" and len(body["output_ids"]) == 40
+    assert body["meta_info"]["e2e_latency"] < 1.0
+
+
+def test_fault_slow_text(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "slow_text", "DDTREE_LAB_RATE_SCALE": "10"}).wait_ready()
+    t0 = time.monotonic()
+    body = requests.post(s.base + "/generate", timeout=10, json={
+        "text": "What is the capital of France? Answer in one word."}).json()
+    assert body["text"] == "Paris." and time.monotonic() - t0 >= 2 / 5 * 0.9
+
+
+def test_fault_unhealthy_after(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "unhealthy_after:0.6"}).wait_ready()
+    wait_for(lambda: requests.get(s.base + "/health", timeout=2).status_code == 503, 5)
+    assert requests.post(s.base + "/generate", json={"text": "x"}, timeout=5).status_code >= 500
+
+
+def test_fault_never_healthy(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "never_healthy"}, warmup=0.2)
+    wait_for(lambda: port_open(s.port), 5)
+    time.sleep(0.6)
+    assert requests.get(s.base + "/health", timeout=2).status_code == 503
+    assert requests.get(s.base + "/ready", timeout=2).status_code == 503
+    assert "fired up" not in s.log
+
+
+def test_bad_fault_value_exits(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "explode"})
+    assert s.proc.wait(timeout=10) == 2
+
+
+def test_skip_server_warmup_is_ready_without_warmup(launch):
+    s = launch(["--skip-server-warmup"], warmup=30).wait_ready(5)
+    assert 'POST /generate HTTP/1.1" 200' not in s.log

@@ -1,0 +1,33 @@
+"""Fixtures for the patch-set unit tests (module_utils/ddtree_patch.py, sglang_patch, filters).
+
+Synthetic site-packages trees under tmp_path; GNU patch must be installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from patchset_testlib import Tree  # noqa: E402  (also puts module_utils on sys.path)
+
+if shutil.which("patch") is None:  # pragma: no cover - environment problem
+    pytest.exit("GNU patch is required for tests/unit/patch (apt-get install patch)", returncode=4)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return Tree(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def logic():
+    import ddtree_patch
+
+    return ddtree_patch

@@ -1,0 +1,150 @@
+"""series / SHA256SUMS parsing, fingerprints, and the repository's own patch directory."""
+
+from __future__ import annotations
+
+import pytest
+from patchset_testlib import PATCH_DIR, load_filter_plugin, sha256
+
+A = "a" * 64
+B = "b" * 64
+
+
+def test_parse_series_skips_comments_and_blanks(logic):
+    text = "# header\n\n0001-x.patch\n  0002-y.patch   # trailing comment\n#0003-off.patch\n"
+    assert logic.parse_series(text) == ["0001-x.patch", "0002-y.patch"]
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("0001-x.patch -p0\n", "patch options are not supported"),
+        ("0001-x.patch\n0001-x.patch\n", "listed twice"),
+        ("../evil.patch\n", "invalid patch name"),
+        ("sub/dir.patch\n", "invalid patch name"),
+    ],
+)
+def test_parse_series_refuses_bad_lines(logic, text, fragment):
+    with pytest.raises(logic.PatchSetError, match=fragment):
+        logic.parse_series(text)
+
+
+def test_parse_sha256sums_both_modes(logic):
+    text = "%s  0001-x.patch\n%s *0002-y.patch\n\n# comment\n" % (A.upper(), B)
+    assert logic.parse_sha256sums(text) == {"0001-x.patch": A, "0002-y.patch": B}
+
+
+def test_parse_sha256sums_refuses_garbage(logic):
+    with pytest.raises(logic.PatchSetError, match="line 1"):
+        logic.parse_sha256sums("deadbeef  0001-x.patch\n")
+
+
+def test_fingerprint_is_short_stable_and_order_sensitive(logic):
+    entries = [{"name": "0001-x.patch", "sha256": A}, {"name": "0002-y.patch", "sha256": B}]
+    short = logic.patchset_fingerprint(entries)
+    assert len(short) == logic.FINGERPRINT_LENGTH == 12
+    assert all(c in "0123456789abcdef" for c in short)
+    assert logic.patchset_fingerprint_full(entries).startswith(short)
+    # same list as pairs, upper-case digests -> same value
+    assert logic.patchset_fingerprint([("0001-x.patch", A.upper()), ("0002-y.patch", B)]) == short
+    assert logic.patchset_fingerprint(list(reversed(entries))) != short
+    assert logic.patchset_fingerprint([entries[0]]) != short
+    assert logic.patchset_fingerprint([{"name": "0001-x.patch", "sha256": B}, entries[1]]) != short
+
+
+def test_fingerprint_of_empty_set(logic):
+    assert logic.patchset_fingerprint([]) == logic.NOPATCH_FINGERPRINT == "nopatch"
+    assert logic.patchset_fingerprint(None) == "nopatch"
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [{"name": "x.patch"}],
+        [{"name": "x.patch", "sha256": "1234"}],
+        [{"name": "x.patch", "sha256": A}, {"name": "x.patch", "sha256": B}],
+        ["x.patch"],
+    ],
+)
+def test_fingerprint_refuses_bad_entries(logic, entries):
+    with pytest.raises(logic.PatchSetError):
+        logic.patchset_fingerprint(entries)
+
+
+def test_patch_targets_strip_one_component(logic, tree):
+    assert logic.patch_targets(tree.p2.read_text()) == ["sglang/srt/algo.py", "sglang/srt/utils.py"]
+
+
+def test_patch_targets_refuse_escaping_paths(logic):
+    text = "--- a/../etc/passwd\n+++ b/../etc/passwd\n@@ -1 +1 @@\n-x\n+y\n"
+    with pytest.raises(logic.PatchSetError, match="escapes"):
+        logic.patch_targets(text)
+
+
+# ---- the repository's patch directory -------------------------------------------------------
+
+
+def test_repo_series_matches_sha256sums():
+    import ddtree_patch
+
+    names = ddtree_patch.read_series(PATCH_DIR / "series")
+    sums = ddtree_patch.read_sha256sums(PATCH_DIR / "SHA256SUMS")
+    assert names == ["0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch"]
+    assert sorted(sums) == sorted(names), "SHA256SUMS must list exactly the patches in series"
+    for name in names:
+        assert sums[name] == sha256(PATCH_DIR / name), "%s changed: regenerate SHA256SUMS" % name
+
+
+def test_repo_patches_use_site_packages_paths():
+    import ddtree_patch
+
+    for name in ddtree_patch.read_series(PATCH_DIR / "series"):
+        text = (PATCH_DIR / name).read_text()
+        targets = ddtree_patch.patch_targets(text)
+        assert targets and all(t.startswith("sglang/srt/") for t in targets), targets
+        for line in text.splitlines():
+            if line.startswith("--- ") and not line.startswith("--- a/"):
+                pytest.fail("%s: unexpected header %r" % (name, line))
+            if line.startswith("+++ ") and not line.startswith("+++ b/"):
+                pytest.fail("%s: unexpected header %r" % (name, line))
+
+
+def test_0001_only_touches_spec_info():
+    import ddtree_patch
+
+    text = (PATCH_DIR / "0001-ddtree-register-algorithm.patch").read_text()
+    assert ddtree_patch.patch_targets(text) == ["sglang/srt/speculative/spec_info.py"]
+
+
+# ---- controller-side filter plugin ----------------------------------------------------------
+
+
+def test_filter_plugin_uses_the_same_fingerprint(logic):
+    plugin = load_filter_plugin()
+    filters = plugin.FilterModule().filters()
+    entries = [{"name": "0001-x.patch", "sha256": A}, {"name": "0002-y.patch", "sha256": B}]
+    assert filters["ddtree_patchset_fingerprint"](entries) == logic.patchset_fingerprint(entries)
+    assert filters["ddtree_patchset_fingerprint"]([]) == "nopatch"
+    assert filters["ddtree_patchset_fingerprint"](entries, 20) == logic.patchset_fingerprint_full(entries)[:20]
+
+
+def test_filter_plugin_builds_entries_from_repo_files(logic):
+    plugin = load_filter_plugin()
+    filters = plugin.FilterModule().filters()
+    names = filters["ddtree_parse_series"]((PATCH_DIR / "series").read_text())
+    sums = filters["ddtree_parse_sha256sums"]((PATCH_DIR / "SHA256SUMS").read_text())
+    entries = filters["ddtree_patchset_entries"](names, sums)
+    assert [e["name"] for e in entries] == names
+    assert filters["ddtree_patchset_fingerprint"](entries) == logic.patchset_fingerprint(
+        [(n, sha256(PATCH_DIR / n)) for n in names]
+    )
+
+
+def test_filter_plugin_errors_are_filter_errors():
+    from ansible.errors import AnsibleFilterError
+
+    plugin = load_filter_plugin()
+    filters = plugin.FilterModule().filters()
+    with pytest.raises(AnsibleFilterError, match="sha256"):
+        filters["ddtree_patchset_fingerprint"]([{"name": "x.patch", "sha256": "nope"}])
+    with pytest.raises(AnsibleFilterError, match="no checksum"):
+        filters["ddtree_patchset_entries"](["x.patch"], {})

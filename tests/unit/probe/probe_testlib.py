@@ -1,0 +1,196 @@
+"""Helpers for the probe tests: module_utils on sys.path and a tiny SGLang-like
+streaming HTTP server bound to 127.0.0.1 (stdlib only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+MODULE_UTILS = os.path.join(REPO, "module_utils")
+if MODULE_UTILS not in sys.path:
+    sys.path.insert(0, MODULE_UTILS)
+
+KNOWN_ANSWERS = {
+    "What is 2 + 2? Answer with a number only.": "4",
+    "What is the capital of France? Answer in one word.": "Paris.",
+    "List the first five prime numbers, separated by commas.": "2, 3, 5, 7, 11",
+    "Write a Python function named square that returns the square of its argument.":
+        "```python\ndef square(x):\n    return x * x\n```",
+    "Explain in a few sentences why speculative decoding makes large language model "
+    "inference faster.":
+        "A small draft model proposes several tokens cheaply, and the large model "
+        "verifies them in a single forward pass. When most drafted tokens are accepted, "
+        "the large model produces several tokens per step instead of one, so the "
+        "wall-clock time per token drops while the output stays the same.",
+}
+
+
+def good_answer(prompt: str) -> str:
+    return KNOWN_ANSWERS.get(prompt, "This is a perfectly ordinary answer to your question.")
+
+
+def split_tokens(text: str) -> list[str]:
+    """Crude tokenizer: words with their leading whitespace, max 4 chars each."""
+    out = []
+    buf = ""
+    for ch in text:
+        if (ch.isspace() and buf and not buf.isspace()) or len(buf) >= 4:
+            out.append(buf)
+            buf = ""
+        buf += ch
+    if buf:
+        out.append(buf)
+    return out
+
+
+class Behaviour:
+    """What the fake server does.  Tests set attributes on it."""
+
+    def __init__(self):
+        self.answer = good_answer          # prompt -> full answer text
+        self.token_delay = 0.001           # seconds between streamed tokens
+        self.first_delay = 0.0             # seconds before the first token
+        self.mode = "ok"                   # ok | http500 | reset | hang | headers_only | silent
+        self.hang_after = 3                # tokens before hanging (mode hang)
+        self.api_key = None                # require Bearer key
+        self.spec_accept_length = 3.2
+        self.avg_spec_accept_length = 3.1
+        self.requests = []                 # (path, headers dict, body dict)
+        self.stop = threading.Event()
+
+
+def make_handler(beh: Behaviour):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):  # keep pytest output clean
+            pass
+
+        def _auth_ok(self):
+            if beh.api_key is None:
+                return True
+            return self.headers.get("Authorization") == "Bearer " + beh.api_key
+
+        def _json(self, code, obj):
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            beh.requests.append((self.path, dict(self.headers), None))
+            if not self._auth_ok():
+                return self._json(401, {"error": "Unauthorized"})
+            if self.path in ("/server_info", "/get_server_info"):
+                return self._json(200, {
+                    "version": "0.5.23", "speculative_algorithm": "DFLASH",
+                    "model_path": "/models/test", "api_key": "SERVER-SIDE-SECRET",
+                    "internal_states": [{"avg_spec_accept_length": beh.avg_spec_accept_length,
+                                         "last_gen_throughput": 123.4}]})
+            if self.path == "/v1/models":
+                return self._json(200, {"data": [{"id": "test-model"}]})
+            return self._json(404, {"error": "not found"})
+
+        def _chunk(self, data: bytes):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            beh.requests.append((self.path, dict(self.headers), body))
+            if beh.mode == "silent":            # accept the request, never answer
+                beh.stop.wait(60)
+                return
+            if beh.mode == "reset":
+                # RST instead of FIN: SO_LINGER with zero timeout.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                self.connection.close()
+                return
+            if not self._auth_ok():
+                return self._json(401, {"error": {"message": "Unauthorized"}})
+            if beh.mode == "http500":
+                return self._json(500, {"error": {"message": "CUDA error: an illegal memory access"}})
+            completions = self.path.startswith("/v1/completions")
+            if completions:
+                prompt = body.get("prompt", "")
+                max_tokens = int(body.get("max_tokens", 16))
+            else:
+                prompt = body.get("text", "")
+                max_tokens = int(body.get("sampling_params", {}).get("max_new_tokens", 16))
+            answer = beh.answer(prompt)
+            tokens = split_tokens(answer)
+            finish = "stop"
+            if len(tokens) > max_tokens:
+                tokens = tokens[:max_tokens]
+                finish = "length"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if beh.first_delay:
+                if beh.stop.wait(beh.first_delay):
+                    return
+            if beh.mode == "headers_only":
+                beh.stop.wait(60)
+                return
+            text = ""
+            try:
+                for n, tok in enumerate(tokens, 1):
+                    if n > 1 and beh.token_delay:
+                        if beh.stop.wait(beh.token_delay):
+                            return
+                    if beh.mode == "hang" and n > beh.hang_after:
+                        beh.stop.wait(60)
+                        return
+                    text += tok
+                    last = n == len(tokens)
+                    if completions:
+                        obj = {"id": "cmpl-1", "object": "text_completion", "model": "test-model",
+                               "choices": [{"index": 0, "text": tok,
+                                            "finish_reason": finish if last else None}]}
+                    else:
+                        meta = {"id": "req-1", "prompt_tokens": 12, "completion_tokens": n,
+                                "finish_reason": {"type": finish} if last else None,
+                                "spec_accept_length": beh.spec_accept_length,
+                                "spec_verify_ct": max(1, n // 3)}
+                        obj = {"text": text, "output_ids": list(range(100, 100 + n)),
+                               "meta_info": meta}
+                    self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+                if completions:
+                    usage = {"choices": [], "usage": {"prompt_tokens": 12,
+                                                       "completion_tokens": len(tokens)}}
+                    self._chunk(b"data: " + json.dumps(usage).encode() + b"\n\n")
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+            except (BrokenPipeError, ConnectionResetError):
+                return
+
+    return Handler
+
+
+class FakeServer:
+    def __init__(self):
+        self.beh = Behaviour()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.beh))
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.beh.stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+

@@ -264,8 +264,9 @@ class _Stream:
         self.sock = sock
 
     def send(self, method: str, path: str, headers: dict, body: bytes | None):
+        host = "[%s]" % self.host if ":" in self.host else self.host
         lines = ["%s %s%s HTTP/1.1" % (method, self.base_path, path),
-                 "Host: %s:%d" % (self.host, self.port)]
+                 "Host: %s:%d" % (host, self.port)]
         for k, v in headers.items():
             lines.append("%s: %s" % (k, v))
         if body is not None:
@@ -548,9 +549,8 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                          % (st, path))
             elif st == 429:
                 early = (INCONCLUSIVE, "busy: HTTP 429 from %s" % path)
-            elif st >= 500:
-                early = (FAIL, "http_error: HTTP %d from %s: %s" % (st, path, detail))
             else:
+                # 5xx: the server is broken; other 4xx: it rejects a valid probe request.
                 early = (FAIL, "http_error: HTTP %d from %s: %s" % (st, path, detail))
         else:
             ctype = stream.headers.get("content-type", "")
@@ -632,7 +632,9 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                 # rate, and the rate over all prompts so far (TTFT included).
                 now = clock()
                 cum_s = prior_seconds + (now - t0)
-                if min_tokens_per_s and cum_s >= rate_window_s and not acc.finish_reason:
+                # (Before any token at all, the TTFT and stall limits decide.)
+                if (min_tokens_per_s and cum_s >= rate_window_s and not acc.finish_reason
+                        and prior_tokens + acc.tokens > 0):
                     cum_rate = (prior_tokens + acc.tokens) / cum_s
                     floor = EARLY_RATE_FRACTION * min_tokens_per_s
                     if cum_rate < floor:

@@ -8,7 +8,7 @@ that fails a known-answer ``expect`` regex).  Reasons are short
 machine-readable strings ``"<code>: <detail>"``.
 
 The thresholds below were tuned against the good/bad corpus in
-tests/unit/probe/test_textcheck.py: legitimate short answers, code, JSON,
+tests/unit/probe/test_probe_textcheck.py: legitimate short answers, code, JSON,
 markdown tables, lists, song refrains, multilingual text and emphatic
 punctuation must stay 'ok'.
 """
@@ -63,8 +63,8 @@ LOW_WORD_DIVERSITY_MIN_WORDS = 40
 LOW_WORD_DIVERSITY_MAX_R = 1.0
 
 # --- word salad (fast garbage: ", the ;; of :: model... the the") ----------
-# Stray punctuation tokens are whitespace-separated tokens made only of , . ; : ! ?
-# (structural tokens such as | - * = # of tables, lists and code do not count).
+# Stray punctuation tokens are whitespace-separated tokens made only of , . ; : ! ? - and
+# dashes; the first token of a line (list bullets) and table rows (with |) do not count.
 SALAD_MIN_WORDS = 20
 SALAD_MAX_R = 2.3
 SALAD_STRAY_PUNCT_RATIO = 0.08

@@ -55,7 +55,9 @@ class Behaviour:
         self.answer = good_answer          # prompt -> full answer text
         self.token_delay = 0.001           # seconds between streamed tokens
         self.first_delay = 0.0             # seconds before the first token
-        self.mode = "ok"                   # ok | http500 | reset | hang | headers_only | silent
+        # ok | http500 | reset | hang | headers_only | silent | nonstream | incremental
+        self.mode = "ok"
+        self.output_ids = None             # n -> list of ids (default: 100, 101, ...)
         self.hang_after = 3                # tokens before hanging (mode hang)
         self.api_key = None                # require Bearer key
         self.spec_accept_length = 3.2
@@ -132,6 +134,11 @@ def make_handler(beh: Behaviour):
             if len(tokens) > max_tokens:
                 tokens = tokens[:max_tokens]
                 finish = "length"
+            if beh.mode == "nonstream":          # ignores stream=true, one JSON body
+                return self._json(200, {"text": "".join(tokens),
+                                        "output_ids": list(range(100, 100 + len(tokens))),
+                                        "meta_info": {"completion_tokens": len(tokens),
+                                                      "finish_reason": {"type": finish}}})
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
@@ -162,8 +169,11 @@ def make_handler(beh: Behaviour):
                                 "finish_reason": {"type": finish} if last else None,
                                 "spec_accept_length": beh.spec_accept_length,
                                 "spec_verify_ct": max(1, n // 3)}
-                        obj = {"text": text, "output_ids": list(range(100, 100 + n)),
-                               "meta_info": meta}
+                        ids = (beh.output_ids(n) if beh.output_ids
+                               else list(range(100, 100 + n)))
+                        obj = {"text": text, "output_ids": ids, "meta_info": meta}
+                        if beh.mode == "incremental":   # --incremental-streaming-output
+                            obj = {"text": tok, "output_ids": ids[-1:], "meta_info": meta}
                     self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
                 if completions:
                     usage = {"choices": [], "usage": {"prompt_tokens": 12,

@@ -25,6 +25,8 @@ GOOD = {
     "c_braces": "int main(void) {\n  for (;;) {\n    if (x) {\n      y();\n    }\n  }\n  return 0;\n}\n",
     "json": '{"name": "Ada", "tags": ["a", "b", "c"], "nested": {"k": [1, 2, 3], "ok": true}}',
     "json_zero_matrix": '{"matrix": [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]}',
+    "json_zero_row": "[" + "0, " * 40 + "0]",
+    "wide_table_sep": "| " + " | ".join("c%d" % i for i in range(14)) + " |\n" + "|---" * 14 + "|",
     "numpy_zeros": "array([[0., 0., 0., 0., 0., 0.],\n       [0., 0., 0., 0., 0., 0.]])",
     "markdown_table": (
         "| Model | Speed | Quality |\n| --- | --- | --- |\n"

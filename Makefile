@@ -32,8 +32,8 @@ venv: $(VENV)/.stamp  ## create the pinned controller toolchain in .venv/
 deps: lab-deps venv
 
 lab-up: deps  ## boot the lab fleet (N=<hosts> for more) and put the known-good NEXTN service on it
-	$(PY) lab/labctl.py up $(if $(N),--hosts $(N))
-	$(BIN)/ansible-playbook playbooks/lab_seed.yml $(if $(N),-i lab/inventory.py)
+	$(PY) lab/labctl.py up
+	$(BIN)/ansible-playbook playbooks/lab_seed.yml
 
 lab-down:  ## stop the lab and remove everything it made
 	python3 lab/labctl.py down

@@ -75,9 +75,10 @@ def run(cmd, check=True, capture=False, **kw):
 
 # ---------------------------------------------------------------- fleet definition
 
-def fleet(n_hosts: int | None = None) -> list[dict]:
+def fleet(n_hosts: int | None = None, fleet_file: Path | None = None) -> list[dict]:
+    """Hosts of lab/fleet.json (or of another fleet file that uses the same profiles)."""
     data = json.loads(FLEET_FILE.read_text())
-    hosts = list(data["hosts"])
+    hosts = list(json.loads(fleet_file.read_text())["hosts"] if fleet_file else data["hosts"])
     if n_hosts is not None and n_hosts > len(hosts):
         # Extra hosts for scale tests alternate between the two architectures.
         profiles = [h["profile"] for h in data["hosts"]]
@@ -433,11 +434,11 @@ def wait_ready(h: dict, pid: int, timeout: float = 90) -> float:
     return time.time() - t0
 
 
-def up(n_hosts: int | None) -> None:
+def up(n_hosts: int | None, fleet_file: Path | None = None) -> None:
     if os.geteuid() != 0:
         raise SystemExit("lab: must run as root (network namespaces, mounts, nspawn)")
     t0 = time.time()
-    hosts = fleet(n_hosts)
+    hosts = fleet(n_hosts, fleet_file)
     base = build_image()
     ensure_ssh_key()
     start_mirror()
@@ -458,7 +459,8 @@ def up(n_hosts: int | None) -> None:
     for h, pid in booted:
         took = wait_ready(h, pid)
         log(f"{h['name']}: systemd running, sshd up ({took:.1f}s)")
-    write_inventory_hosts(hosts)
+    if fleet_file is None:
+        write_inventory_hosts(hosts)
     log(f"lab up: {', '.join(h['name'] for h in hosts)} in {time.time() - t0:.1f}s")
 
 
@@ -534,9 +536,13 @@ def teardown_host(h: dict, quiet: bool = False) -> None:
         log(f"{h['name']}: down")
 
 
-def down() -> None:
+def down(fleet_file: Path | None = None) -> None:
     if os.geteuid() != 0:
         raise SystemExit("lab: must run as root")
+    if fleet_file is not None:  # only these hosts; the main lab and the mirror stay up
+        for h in fleet(None, fleet_file):
+            teardown_host(h)
+        return
     hosts = {h["name"]: h for h in fleet()}
     for h in known_hosts_on_disk():
         hosts[h["name"]] = h
@@ -587,7 +593,10 @@ def main() -> None:
     sub.add_parser("image")
     p_up = sub.add_parser("up")
     p_up.add_argument("--hosts", type=int, default=None, help="number of hosts (default: lab/fleet.json)")
-    sub.add_parser("down")
+    p_up.add_argument("--fleet", type=Path, default=None,
+                      help="another fleet file (same profiles), e.g. a molecule scenario's own hosts")
+    p_down = sub.add_parser("down")
+    p_down.add_argument("--fleet", type=Path, default=None, help="tear down only this fleet file's hosts")
     sub.add_parser("status")
     sub.add_parser("mirror")
     args = ap.parse_args()
@@ -596,9 +605,9 @@ def main() -> None:
     if args.cmd == "image":
         build_image()
     elif args.cmd == "up":
-        up(args.hosts)
+        up(args.hosts, args.fleet)
     elif args.cmd == "down":
-        down()
+        down(args.fleet)
     elif args.cmd == "status":
         status()
     elif args.cmd == "mirror":

@@ -1,7 +1,7 @@
 """SGLang 0.5.23 command lines from ddtree-fleet's declared settings (pure logic, no Ansible).
 
 One function, `sglang_argv(cfg)`, turns the operator's `sglang_*` settings (collected by the
-sglang_config role into one dict) into the argument list of
+sglang role into one dict) into the argument list of
 `python -m sglang.launch_server`. Only current 0.5.23 spellings are emitted
 (`--cuda-graph-backend-decode`, `--cuda-graph-max-bs-decode`, ...): every flag here parses with
 the real 0.5.23 parser (tests/unit/test_flags.py checks that against the real flag list).

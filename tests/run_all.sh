@@ -27,4 +27,8 @@ for scenario in default deploy; do
   (cd molecule/.. && molecule test -s "$scenario")
 done
 
+stage "lab down (must leave no process, mount, netns, veth or cgroup behind)"
+trap - EXIT
+python3 lab/labctl.py down
+
 stage "done"

@@ -1,0 +1,160 @@
+"""The SGLang command lines ddtree-fleet renders parse with the real 0.5.23 flag list.
+
+The declared settings are merged the way Ansible merges them for the root playbooks (role
+defaults < group_vars/all.yml < group_vars/<arch>.yml) for every lab host and algorithm, turned
+into argv by module_utils/ddtree_flags.py (the code the unit template uses), and parsed with the
+parser built from the real flag list (lab/standin/.../sglang-0.5.23-cli.json).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+for p in (REPO / "module_utils", REPO / "lab" / "standin" / "src"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import ddtree_flags  # noqa: E402
+from sglang_lab_standin import cli  # noqa: E402
+
+LAB_HOSTS = {"ct129": "sm86", "ct200": "sm120"}
+ALGORITHMS = ["NEXTN", "EAGLE", "DFLASH", "DDTREE"]
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def declared(arch: str, **overrides) -> dict:
+    merged = {}
+    merged.update(load(REPO / "roles" / "sglang" / "defaults" / "main.yml"))
+    merged.update(load(REPO / "group_vars" / "all.yml"))
+    merged.update(load(REPO / "group_vars" / f"{arch}.yml"))
+    merged.update(overrides)
+    return merged
+
+
+def flag_input(v: dict) -> dict:
+    """The same mapping as roles/sglang/vars/main.yml sglang_config_flag_input."""
+    algo = v["sglang_speculative_algorithm"].upper()
+    return {
+        "model_path": "/opt/sglang/models/target", "algorithm": algo,
+        "draft_path": "/opt/sglang/models/draft" if algo in ddtree_flags.DRAFT_ALGORITHMS else "",
+        "ddtree_style": v["sglang_ddtree_style"], "host": v["sglang_host"], "port": v["sglang_port"],
+        "tp_size": v["sglang_tp_size"], "mem_fraction_static": v["sglang_mem_fraction_static"],
+        "attention_backend": v["sglang_attention_backend"],
+        "draft_attention_backend": v["sglang_draft_attention_backend"],
+        "cuda_graph_backend": v["sglang_cuda_graph_backend"], "cuda_graph_max_bs": v["sglang_cuda_graph_max_bs"],
+        "speculative": (v.get("sglang_speculative_params") or {}).get(algo, {}),
+        "served_model_name": v["sglang_served_model_name"], "context_length": v["sglang_context_length"],
+        "max_running_requests": v["sglang_max_running_requests"], "enable_metrics": v["sglang_enable_metrics"],
+        "trust_remote_code": v["sglang_trust_remote_code"], "extra_args": v["sglang_extra_args"],
+        "api_key_set": True,
+    }
+
+
+def vars_file_keys() -> set:
+    text = (REPO / "roles" / "sglang" / "vars" / "main.yml").read_text()
+    block = text.split("sglang_config_flag_input:")[1].split("\nsglang_config_argv")[0]
+    return {line.strip().split(":")[0] for line in block.splitlines() if line.startswith("  ") and ":" in line}
+
+
+def test_flag_input_mirror_matches_the_role_vars():
+    # If the role passes a new key to sglang_argv, this test's mirror must learn it too.
+    assert vars_file_keys() == set(flag_input(declared("sm86")))
+
+
+@pytest.mark.parametrize("host,arch", sorted(LAB_HOSTS.items()))
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_rendered_flags_parse_with_real_sglang(host, arch, algorithm):
+    v = declared(arch, sglang_speculative_algorithm=algorithm)
+    argv = ddtree_flags.sglang_argv(flag_input(v))
+    ns = cli.parse_args(argv)  # SystemExit(2) on anything real 0.5.23 rejects
+    assert ns.speculative_algorithm == algorithm
+    assert float(ns.mem_fraction_static) == v["sglang_mem_fraction_static"]
+    assert int(ns.tp_size) == v["sglang_tp_size"]
+    assert ns.attention_backend == v["sglang_attention_backend"]
+    assert "--cuda-graph-max-bs" not in argv and "--disable-cuda-graph" not in argv
+    assert ns.cuda_graph_backend_decode == v["sglang_cuda_graph_backend"]["decode"]
+    if algorithm in ddtree_flags.DRAFT_ALGORITHMS:
+        assert ns.speculative_draft_model_path == "/opt/sglang/models/draft"
+    assert argv[-2:] == ["--api-key", "${SGLANG_API_KEY}"]  # the key itself never sits in the unit
+
+
+def test_per_architecture_values_from_the_incident():
+    sm86 = ddtree_flags.sglang_argv(flag_input(declared("sm86")))
+    sm120 = ddtree_flags.sglang_argv(flag_input(declared("sm120")))
+    assert sm86[sm86.index("--mem-fraction-static") + 1] == "0.85"
+    assert sm86[sm86.index("--tp-size") + 1] == "2"
+    assert sm120[sm120.index("--attention-backend") + 1] == "triton"  # fa3 does not run on sm120
+    assert sm120[sm120.index("--cuda-graph-max-bs-decode") + 1] == "48"
+
+
+def test_decode_graphs_disabled_drops_max_bs():
+    v = declared("sm86", sglang_cuda_graph_backend={"decode": "disabled", "prefill": "disabled"})
+    argv = ddtree_flags.sglang_argv(flag_input(v))
+    ns = cli.parse_args(argv)
+    assert ns.cuda_graph_backend_decode == "disabled" and "--cuda-graph-max-bs-decode" not in argv
+
+
+def test_fork_style_emits_dflash_plus_fork_flag_which_upstream_rejects():
+    v = declared("sm120", sglang_ddtree_style="flag")
+    argv = ddtree_flags.sglang_argv(flag_input(v))
+    assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
+    assert ddtree_flags.DDTREE_FORK_FLAG in argv
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(argv)  # only a fork that defines the flag accepts it
+    assert exc.value.code == 2
+    ns = cli.parse_args(argv, extra_flags=[ddtree_flags.DDTREE_FORK_FLAG])
+    assert ns.speculative_algorithm == "DFLASH"
+
+
+@pytest.mark.parametrize("bad,needle", [
+    ({"algorithm": "DDTREEE"}, "speculative algorithm must be one of"),
+    ({"algorithm": "DDTREE", "draft_path": ""}, "needs a draft model"),
+    ({"cuda_graph_backend": {"decode": "on"}}, "cuda_graph_backend.decode"),
+    ({"mem_fraction_static": "0.85"}, "must be a number"),
+    ({"ddtree_style": "plugin"}, "ddtree_style"),
+])
+def test_bad_settings_are_refused_with_the_setting_named(bad, needle):
+    cfg = flag_input(declared("sm86"))
+    cfg.update(bad)
+    with pytest.raises(ddtree_flags.FlagError, match=needle.replace(".", r"\.")):
+        ddtree_flags.sglang_argv(cfg)
+
+
+def test_exec_line_quotes_only_what_needs_it():
+    line = ddtree_flags.exec_line(["--model-path", "/opt/m", "--served-model-name", "my model", "--api-key", "${K}"])
+    assert line == '--model-path /opt/m --served-model-name "my model" --api-key ${K}'
+
+
+def test_patch_plan_orders_by_series_and_appends_user_patches(tmp_path):
+    series = "# comment\n0001-a.patch\n0002-b.patch\n"
+    sums = f"{'a' * 64}  0001-a.patch\n{'b' * 64}  0002-b.patch\n"
+    plan = ddtree_flags.patch_plan(series, sums, ["0002-b.patch", "0001-a.patch"],
+                                   [{"path": "/x/9-mine.patch", "sha256": "C" * 64}], "/p")
+    assert [p["name"] for p in plan] == ["0001-a.patch", "0002-b.patch", "9-mine.patch"]
+    assert plan[2] == {"name": "9-mine.patch", "src": "/x/9-mine.patch", "sha256": "c" * 64}
+    assert ddtree_flags.patch_plan(series, sums, [], [], "/p") == []
+    with pytest.raises(ddtree_flags.FlagError, match="unknown patch '0003"):
+        ddtree_flags.patch_plan(series, sums, ["0003-c.patch"], [], "/p")
+    with pytest.raises(ddtree_flags.FlagError, match=r"sglang_extra_patches\[0\]"):
+        ddtree_flags.patch_plan(series, sums, [], [{"path": "/x/y.patch", "sha256": "short"}], "/p")
+
+
+def test_shipped_series_has_a_checksum_for_every_patch():
+    pdir = REPO / "roles" / "sglang" / "files" / "patches"
+    plan = ddtree_flags.patch_plan((pdir / "series").read_text(), (pdir / "SHA256SUMS").read_text(),
+                                   load(REPO / "roles" / "sglang" / "defaults" / "main.yml")["sglang_patches"], [], str(pdir))
+    assert [p["name"] for p in plan] == ["0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch"]
+
+
+def test_config_fingerprint_changes_with_any_part():
+    a = ddtree_flags.config_fingerprint("unit", "env")
+    assert a == ddtree_flags.config_fingerprint("unit", "env") and len(a) == 16
+    assert a != ddtree_flags.config_fingerprint("unit", "env2")
+    assert a != ddtree_flags.config_fingerprint("unitenv", "")

@@ -17,6 +17,7 @@ if str(STANDIN_SRC) not in sys.path:
     sys.path.insert(0, str(STANDIN_SRC))
 
 from sglang_lab_standin import physics  # noqa: E402
+from standin_testlib import port_open, wait_for  # noqa: E402,F401  (shared with the tests)
 
 A6000 = "NVIDIA RTX A6000, 8.6, 49140"
 PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887"
@@ -69,22 +70,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def wait_for(pred, timeout: float = 10.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 class Standin:

@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from conftest import port_open, wait_for
+from standin_testlib import port_open, wait_for
 
 KNOWN = {
     "What is 2 + 2? Answer with a number only.": "4",

@@ -431,14 +431,20 @@ class Handler(BaseHTTPRequestHandler):
         try:
             time.sleep(e.ttft(prompt_tokens))
             burst = physics.BANG_BURST if e.b.text_mode == "bang" else 1
+            # Tokens are due on a schedule (not after relative sleeps), so per-token overhead
+            # does not slow the stream below its configured rate.
+            due = time.monotonic()
             for i in range(len(comp.tokens)):
                 if e.fault.kind == "hang_midstream" and i >= HANG_AFTER_TOKENS:
                     threading.Event().wait()  # stall forever, connection stays open
                 if burst == 1:
-                    time.sleep(1.0 / e.stream_rate())
+                    due += 1.0 / e.stream_rate()
                 elif i and i % burst == 0:
                     # A broken tree verify emits a burst of accepted "!" per (very slow) step.
-                    time.sleep(burst / e.stream_rate())
+                    due += burst / e.stream_rate()
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
                 yield i
             if e.fault.kind == "hang_midstream":
                 threading.Event().wait()
@@ -630,6 +636,14 @@ class Handler(BaseHTTPRequestHandler):
 class LabHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Uvicorn listens with a backlog of 2048; the stdlib default of 5 drops SYNs under bursts.
+    request_queue_size = 2048
+
+    def get_request(self):
+        conn, addr = super().get_request()
+        # Like uvicorn: no Nagle delay on streamed tokens.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn, addr
 
 
 def make_server(engine: LabEngine, host: str, port: int) -> LabHTTPServer:

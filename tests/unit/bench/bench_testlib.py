@@ -1,0 +1,100 @@
+"""Helpers for the ddtree-bench tests: module_utils on sys.path, a stand-in launcher (fixture re-exported by conftest)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+MODULE_UTILS = REPO / "module_utils"
+STANDIN_SRC = REPO / "lab" / "standin" / "src"
+BENCH_BIN = REPO / "bin" / "ddtree-bench"
+WORKLOAD_V1 = REPO / "roles" / "benchmark" / "files" / "workload-v1.json"
+for p in (MODULE_UTILS, STANDIN_SRC):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887"
+DFLASH_FILES = ("speculative/spec_info.py", "speculative/spec_utils.py",
+                "arg_groups/validation_hook.py", "arg_groups/kv_cache_hook.py",
+                "arg_groups/speculative_hook.py", "arg_groups/lora_hook.py",
+                "mem_cache/kv_cache_configurator.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fake_host(root: Path, ddtree_files) -> tuple:
+    smi = root / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho '{PRO6000}'\n")
+    smi.chmod(0o755)
+    pkg = root / "sglang"
+    for rel in DFLASH_FILES:
+        f = pkg / "srt" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("# fake\n" + ("DDTREE = 'DDTREE'\n" if rel in ddtree_files else ""))
+    return smi, pkg
+
+
+class Server:
+    def __init__(self, proc, port, log):
+        self.proc, self.port, self.log = proc, port, log
+        self.url = f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def standin(tmp_path):
+    """start(args, scale=..., ddtree_files=all) -> Server, healthy."""
+    procs = []
+
+    def start(args=(), *, scale=2.0, ddtree_files=DFLASH_FILES, api_key=None):
+        root = tmp_path / f"host{len(procs)}"
+        root.mkdir()
+        smi, pkg = _fake_host(root, ddtree_files)
+        port = _free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DDTREE_LAB_")}
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.update({"PYTHONPATH": str(STANDIN_SRC), "DDTREE_LAB_NVIDIA_SMI": str(smi),
+                    "DDTREE_LAB_SGLANG_DIR": str(pkg), "DDTREE_LAB_STARTUP_SECONDS": "0.1",
+                    "DDTREE_LAB_WARMUP_SECONDS": "0.1", "DDTREE_LAB_RATE_SCALE": str(scale)})
+        argv = [sys.executable, "-m", "sglang_lab_standin", "--model-path", "/models/lab-27b",
+                "--host", "127.0.0.1", "--port", str(port), *args]
+        if api_key:
+            argv += ["--api-key", api_key]
+        log = root / "standin.log"
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=root)
+        procs.append(proc)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"stand-in exited {proc.returncode}:\n{log.read_text()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return Server(proc, port, log)
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("stand-in not healthy in 15 s")
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=5)
+
+
+def run_bench(*argv, timeout=60):
+    return subprocess.run([sys.executable, str(BENCH_BIN), *argv], capture_output=True,
+                          text=True, timeout=timeout)

@@ -204,25 +204,40 @@ def customize(root: Path) -> None:
 
 # ---------------------------------------------------------------- mirror
 
+def mirror_inputs() -> str:
+    """Identity of everything the mirror is built from (rebuild only when it changes)."""
+    h = hashlib.sha256()
+    for path in sorted((LAB_DIR / "standin").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".egg-info"):
+            h.update(str(path.relative_to(LAB_DIR)).encode() + b"\0" + path.read_bytes())
+    h.update((LAB_DIR / "mirror" / "make_models.py").read_bytes())
+    return h.hexdigest()[:16]
+
+
 def build_mirror() -> Path:
-    """The lab's PyPI simple index (sglang wheel + stand-in) and model mirror, under CACHE."""
+    """The lab's PyPI simple index (sglang wheel + stand-in) and model mirror, under CACHE.
+
+    Built into a fresh directory and renamed into place, and only when its inputs changed, so a
+    host that is downloading from the serving mirror never sees a half-written tree.
+    """
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     mirror = CACHE / "mirror"
+    stamp = mirror_inputs()
+    if (mirror / "STAMP").exists() and (mirror / "STAMP").read_text().strip() == stamp:
+        return mirror
     sg = list(wheels.glob("sglang-0.5.23-*.whl"))
     if not sg:
         log("downloading the real sglang==0.5.23 wheel (cached under %s)" % wheels)
         run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), "sglang==0.5.23"])
         sg = list(wheels.glob("sglang-0.5.23-*.whl"))
-    standin_dir = CACHE / "standin-build"
-    if standin_dir.exists():
-        shutil.rmtree(standin_dir)
+    new = CACHE / f".mirror-{os.getpid()}"
+    shutil.rmtree(new, ignore_errors=True)
+    standin_dir = new / ".build"
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
          str(standin_dir), str(LAB_DIR / "standin")], stdout=subprocess.DEVNULL)
     standin = list(standin_dir.glob("*.whl"))
-    simple = mirror / "simple"
-    if simple.exists():
-        shutil.rmtree(simple)
+    simple = new / "simple"
     for whl in [*sg, *standin]:
         project = re.sub(r"[-_.]+", "-", whl.name.split("-")[0]).lower()
         pdir = simple / project
@@ -233,8 +248,15 @@ def build_mirror() -> Path:
             f'<!DOCTYPE html><html><body><a href="{whl.name}#sha256={digest}">{whl.name}</a></body></html>\n')
     (simple / "index.html").write_text("<!DOCTYPE html><html><body>" + "".join(
         f'<a href="{p.name}/">{p.name}</a>' for p in sorted(simple.iterdir()) if p.is_dir()) + "</body></html>\n")
-    models = mirror / "models"
-    run([sys.executable, str(LAB_DIR / "mirror" / "make_models.py"), str(models)], stdout=subprocess.DEVNULL)
+    shutil.rmtree(standin_dir)
+    run([sys.executable, str(LAB_DIR / "mirror" / "make_models.py"), str(new / "models")], stdout=subprocess.DEVNULL)
+    (new / "STAMP").write_text(stamp + "\n")
+    old = CACHE / f".mirror-old-{os.getpid()}"
+    if mirror.exists():
+        mirror.rename(old)
+    new.rename(mirror)
+    shutil.rmtree(old, ignore_errors=True)
+    log(f"mirror rebuilt ({stamp})")
     return mirror
 
 
@@ -408,7 +430,9 @@ def write_known_hosts(hosts: list[dict]) -> None:
     for h in hosts:
         pub = (h["dir"] / "root/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
         lines.append(f"{h['addr']},{h['name']} {pub[0]} {pub[1]}")
-    KNOWN_HOSTS.write_text("\n".join(lines) + "\n")
+    tmp = KNOWN_HOSTS.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.rename(KNOWN_HOSTS)  # atomic: concurrent ssh never sees a half-written file
 
 
 def wait_ready(h: dict, pid: int, timeout: float = 90) -> float:

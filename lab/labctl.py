@@ -190,6 +190,11 @@ def customize(root: Path) -> None:
     for key in (root / "etc/ssh").glob("ssh_host_*"):
         key.unlink()  # every host gets its own keys
     (root / "etc/machine-id").write_text("")
+    # No DNS in the lab: resolve localhost from /etc/hosts and fail other lookups at once
+    # (an unreachable nameserver makes every getfqdn() wait 10 s).
+    (root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+    (root / "etc/resolv.conf").unlink(missing_ok=True)
+    (root / "etc/resolv.conf").write_text("# ddtree-fleet lab: no DNS (hosts reach only the lab mirror, by address)\n")
     (root / "etc/hostname").write_text("lab\n")
     # No console getty to wait on; no network managers (the lab configures eth0 from outside).
     for unit in ("console-getty.service", "getty@tty1.service", "systemd-networkd-wait-online.service",
@@ -411,7 +416,7 @@ def boot(h: dict, merged: Path) -> int:
     logf = open(h["dir"] / "console.log", "ab")
     cmd = ["systemd-nspawn", "-q", "--register=no", "--keep-unit", "-D", str(merged), "-M", h["name"],
            f"--hostname={h['name']}", f"--network-namespace-path=/run/netns/{h['netns']}",
-           "--console=pipe", "-b"]
+           "--resolv-conf=off", "--console=pipe", "-b"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, preexec_fn=into_cgroup)
     (h["dir"] / "nspawn.pid").write_text(str(proc.pid))
     return proc.pid

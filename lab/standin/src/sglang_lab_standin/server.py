@@ -10,6 +10,7 @@ import math
 import os
 import signal
 import socket
+import socketserver
 import struct
 import sys
 import threading
@@ -638,6 +639,12 @@ class LabHTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     # Uvicorn listens with a backlog of 2048; the stdlib default of 5 drops SYNs under bursts.
     request_queue_size = 2048
+
+    def server_bind(self):
+        # HTTPServer.server_bind() calls socket.getfqdn(), a DNS lookup uvicorn never makes.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), port
 
     def get_request(self):
         conn, addr = super().get_request()

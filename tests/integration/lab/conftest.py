@@ -1,0 +1,79 @@
+"""Lab integration tests: the real playbooks against the systemd-nspawn lab (ct129, ct200).
+
+Every test here carries the ``lab`` marker. Without a running lab (``make lab-up``) they are
+skipped with the reason; with CI=true a missing lab is an error instead, because tests/run_all.sh
+brings the lab up and seeds it first. Each test module leaves both hosts in the seeded state
+(known-good NEXTN, no quarantine records): a module that changes a host reseeds it itself, and
+the ``lab_seeded`` fixture below re-checks at every module's end as a safety net.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import labkit  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lab: needs the running ddtree lab (make lab-up); run as root")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.lab)
+
+
+def _lab_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "the lab tests must run as root (ip netns exec, the lab's ssh key)"
+    if not labkit.HOSTS_JSON.is_file():
+        return f"{labkit.HOSTS_JSON} is missing: the lab is not up (run `make lab-up`)"
+    if not (labkit.VENV_BIN / "ansible-playbook").exists():
+        return f"{labkit.VENV_BIN}/ansible-playbook is missing (run `make venv`)"
+    if shutil.which("ssh") is None or shutil.which("ip") is None:
+        return "ssh or ip (iproute2) is not installed"
+    hosts = labkit.lab_hosts()
+    missing = [h for h in labkit.LAB_HOSTS if h not in hosts]
+    if missing:
+        return f"{labkit.HOSTS_JSON} does not list {missing}"
+    for name in labkit.LAB_HOSTS:
+        try:
+            res = subprocess.run(labkit.ssh_argv(name, "true", connect_timeout=5), capture_output=True,
+                                 text=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            return f"{name} ({hosts[name]['address']}) did not answer ssh within 20s: the lab is not up"
+        if res.returncode != 0:
+            return f"{name} ({hosts[name]['address']}) is unreachable over ssh: {res.stderr.strip()[:200]}"
+        if subprocess.run(["ip", "netns", "pids", f"ddl-{name}"], capture_output=True).returncode != 0:
+            return f"network namespace ddl-{name} is missing"
+    return None
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The running lab, in the seeded state; skips (or fails under CI=true) when it is not up."""
+    why = _lab_unavailable()
+    if why:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"lab integration tests cannot run under CI: {why}", pytrace=False)
+        pytest.skip(f"lab not available: {why}")
+    labkit.ensure_seeded("session start")
+    return labkit.lab_hosts()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lab_seeded(lab):
+    """Each module starts and ends with both hosts seeded and no quarantine records left."""
+    yield lab
+    labkit.ensure_seeded("end of module")

@@ -1,0 +1,72 @@
+"""ct200 (8x RTX PRO 6000, sm120): DDTREE works there, passes the gate and is promoted; a second
+deploy is a no-op; then the lab is reseeded back to the known-good NEXTN."""
+
+from __future__ import annotations
+
+import labkit
+import pytest
+
+HOST = "ct200"
+
+
+@pytest.fixture(scope="module")
+def promoted(lab):
+    pre = {"kg": labkit.known_good(HOST), "service": labkit.service(HOST)}
+    assert pre["kg"]["meta"]["algorithm"] == "NEXTN", pre["kg"]
+    run = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST)
+    print(f"\n[ct200] deploy_ddtree.yml -l {HOST}: rc {run.rc} in {run.seconds:.1f}s")
+    return {"pre": pre, "run": run}
+
+
+def test_ddtree_passes_the_gate_and_is_promoted(promoted):
+    run = promoted["run"]
+    assert run.rc == 0, str(run)
+    recap = run.recap(HOST)
+    assert recap["failed"] == 0 and recap["changed"] > 0, recap
+    kg = labkit.known_good(HOST)
+    assert kg["link"] != promoted["pre"]["kg"]["link"], "known-good did not move"
+    assert kg["meta"]["algorithm"] == "DDTREE", kg["meta"]
+    assert kg["link"] == f"records/{kg['meta']['fingerprint']}", kg
+    assert kg["meta"]["gate"]["verdict"] == "pass", kg["meta"]
+    live = labkit.sha256(HOST, labkit.UNIT, labkit.ENV_FILE)
+    assert (live[labkit.UNIT], live[labkit.ENV_FILE]) == (kg["unit_sha256"], kg["env_sha256"])
+    assert (kg["meta"]["unit_sha256"], kg["meta"]["env_sha256"]) == (kg["unit_sha256"], kg["env_sha256"])
+    unit = labkit.read_text(HOST, labkit.UNIT)
+    assert "--speculative-algorithm DDTREE " in unit and "--speculative-draft-model-path " in unit, unit
+    assert not labkit.quarantine_files(HOST)
+    labkit.record_timing("ct200 DDTREE promoted", play_wall=float(run.seconds),
+                         detection=float(kg["meta"]["gate"].get("detection_seconds") or 0.0))
+
+
+def test_promoted_ddtree_serves_correctly(promoted):
+    svc = labkit.service(HOST)
+    assert svc["ActiveState"] == "active", svc
+    assert svc["ActiveEnterTimestamp"] != promoted["pre"]["service"]["ActiveEnterTimestamp"]
+    rc, report, err = labkit.probe(HOST)
+    assert rc == 0 and report["verdict"] == "pass", (rc, report and report.get("reasons"), err)
+    assert "!!!!" not in str([p.get("output") for p in report["prompts"]])
+    # DDTREE's acceptance on a working arch (docs/lab-physics.md: 5.2 vs NEXTN's 3.1).
+    assert any((p.get("spec_accept_length") or 0) > 4 for p in report["prompts"]), report["prompts"]
+
+
+def test_second_deploy_changes_nothing(promoted):
+    before = labkit.service(HOST)
+    run = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST)
+    print(f"\n[ct200] second deploy: rc {run.rc} in {run.seconds:.1f}s")
+    assert run.rc == 0, str(run)
+    recap = run.recap(HOST)
+    assert recap["changed"] == 0 and recap["failed"] == 0, f"{recap}\n{run.tail(80)}"
+    after = labkit.service(HOST)
+    assert (after["ActiveEnterTimestamp"], after["MainPID"]) == (before["ActiveEnterTimestamp"], before["MainPID"])
+    labkit.record_timing("ct200 DDTREE no-op redeploy", play_wall=float(run.seconds))
+
+
+def test_reseed_brings_ct200_back_to_nextn(promoted):
+    run = labkit.reseed()
+    print(f"\n[ct200] reseed: rc {run.rc} in {run.seconds:.1f}s")
+    assert run.rc == 0, str(run)
+    for host in labkit.LAB_HOSTS:
+        assert labkit.seeded_problems(host) == [], host
+    rc, report, err = labkit.probe(HOST)
+    assert rc == 0, (rc, report and report.get("reasons"), err)
+    labkit.record_timing("lab reseed (ct200 DDTREE -> NEXTN)", play_wall=float(run.seconds))

@@ -979,7 +979,8 @@ def gpu_label(gpu) -> str:
         return "unknown GPU"
     if isinstance(gpu, str):
         return gpu
-    name = gpu.get("name") or "unknown GPU"
+    # gpu_facts (the Ansible module) reports `names`; the CLI's own nvidia-smi read gives `name`.
+    name = gpu.get("name") or (gpu.get("names") or [None])[0] or "unknown GPU"
     count = gpu.get("count")
     label = f"{count}x {name}" if count and count > 1 else name
     if gpu.get("arch"):

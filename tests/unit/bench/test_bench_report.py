@@ -73,3 +73,11 @@ def test_report_cli_writes_md_and_png(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[1]")
     assert run_bench("report", str(bad), "--out-dir", str(out)).returncode == 2
+
+
+def test_gpu_label_reads_gpu_facts_and_cli_shapes():
+    import ddtree_bench
+    facts = {"count": 8, "names": ["NVIDIA RTX PRO 6000 Blackwell Workstation Edition"] * 8, "arch": "sm120"}
+    assert ddtree_bench.gpu_label(facts) == "8x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (sm120)"
+    assert ddtree_bench.gpu_label({"name": "NVIDIA RTX A6000", "count": 1}) == "NVIDIA RTX A6000"
+    assert ddtree_bench.gpu_label({}) == "unknown GPU"

@@ -51,6 +51,9 @@ PACKAGES = [
     "python3-apt", "openssh-server", "sudo", "iproute2", "patch", "acl", "procps",
     "ca-certificates", "curl", "less",
 ]
+# A control node can live on a lab host too (the drift timer test runs drift.yml there): the
+# mirror also serves ansible-core and its dependencies for the host's Python (3.11 on bookworm).
+CONTROLLER_REQUIREMENTS = ["ansible-core==2.19.14"]
 MIRROR_ADDR = "10.213.0.1"
 MIRROR_PORT = 8873
 SSH_DIR = STATE / "ssh"
@@ -216,6 +219,7 @@ def mirror_inputs() -> str:
         if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".egg-info"):
             h.update(str(path.relative_to(LAB_DIR)).encode() + b"\0" + path.read_bytes())
     h.update((LAB_DIR / "mirror" / "make_models.py").read_bytes())
+    h.update(" ".join(CONTROLLER_REQUIREMENTS).encode())
     return h.hexdigest()[:16]
 
 
@@ -236,6 +240,13 @@ def build_mirror() -> Path:
         log("downloading the real sglang==0.5.23 wheel (cached under %s)" % wheels)
         run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), "sglang==0.5.23"])
         sg = list(wheels.glob("sglang-0.5.23-*.whl"))
+    controller = wheels / "controller"
+    if not (controller / "READY").exists():
+        log("downloading ansible-core and its dependencies for lab control nodes")
+        shutil.rmtree(controller, ignore_errors=True)
+        run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(controller),
+             *CONTROLLER_REQUIREMENTS], env={**os.environ, "PIP_FIND_LINKS": "", "PIP_CONSTRAINT": ""})
+        (controller / "READY").write_text(" ".join(CONTROLLER_REQUIREMENTS) + "\n")
     new = CACHE / f".mirror-{os.getpid()}"
     shutil.rmtree(new, ignore_errors=True)
     standin_dir = new / ".build"
@@ -243,14 +254,14 @@ def build_mirror() -> Path:
          str(standin_dir), str(LAB_DIR / "standin")], stdout=subprocess.DEVNULL)
     standin = list(standin_dir.glob("*.whl"))
     simple = new / "simple"
-    for whl in [*sg, *standin]:
-        project = re.sub(r"[-_.]+", "-", whl.name.split("-")[0]).lower()
-        pdir = simple / project
-        pdir.mkdir(parents=True, exist_ok=True)
-        shutil.copy(whl, pdir / whl.name)
-        digest = hashlib.sha256(whl.read_bytes()).hexdigest()
-        (pdir / "index.html").write_text(
-            f'<!DOCTYPE html><html><body><a href="{whl.name}#sha256={digest}">{whl.name}</a></body></html>\n')
+    for whl in [*sg, *standin, *controller.glob("*.whl")]:
+        project = re.sub(r"[-_.]+", "-", whl.name.split("-")[0]).lower()  # PEP 503 name
+        (simple / project).mkdir(parents=True, exist_ok=True)
+        shutil.copy(whl, simple / project / whl.name)
+    for pdir in simple.iterdir():
+        links = "".join(f'<a href="{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a><br>'
+                        for w in sorted(pdir.glob("*.whl")))
+        (pdir / "index.html").write_text(f"<!DOCTYPE html><html><body>{links}</body></html>\n")
     (simple / "index.html").write_text("<!DOCTYPE html><html><body>" + "".join(
         f'<a href="{p.name}/">{p.name}</a>' for p in sorted(simple.iterdir()) if p.is_dir()) + "</body></html>\n")
     shutil.rmtree(standin_dir)

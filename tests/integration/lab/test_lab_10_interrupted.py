@@ -1,0 +1,61 @@
+"""An interrupted deploy: the controller dies between the restart and the verdict.
+
+The host's watchdog (known_good arm/disarm) restores the known-good unit by itself; the next run
+takes over the dead run's lock and finishes the job through the gate.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import labkit
+
+
+def test_controller_killed_mid_change_host_restores_itself_and_next_run_finishes(lab):
+    kg = labkit.known_good("ct129")
+    assert kg["meta"]["algorithm"] == "NEXTN"
+    argv = [str(labkit.VENV_BIN / "ansible-playbook"), "deploy_ddtree.yml", "-l", "ct129",
+            "-e", "known_good_watchdog_seconds=20"]
+    proc = subprocess.Popen(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen_restart = False
+    out = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.append(line)
+        if "RUNNING HANDLER [sglang_service : Restart sglang]" in line:
+            seen_restart = True
+        elif seen_restart and line.startswith("TASK ["):
+            os.killpg(proc.pid, signal.SIGKILL)  # the controller dies: no rescue, no handlers
+            killed_at = time.monotonic()
+            break
+    proc.wait(timeout=30)
+    assert seen_restart, "".join(out[-40:])
+    # Right after the crash the host runs the new, unprobed unit...
+    assert labkit.sha256("ct129", labkit.UNIT)[labkit.UNIT] != kg["unit_sha256"]
+    # ...until its watchdog fires and restores known-good by itself.
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if labkit.sha256("ct129", labkit.UNIT)[labkit.UNIT] == kg["unit_sha256"]:
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError("the watchdog did not restore the known-good unit")
+    restored_after = time.monotonic() - killed_at
+    assert labkit.sha256("ct129", labkit.ENV_FILE)[labkit.ENV_FILE] == kg["env_sha256"]
+    journal = labkit.ssh("ct129", "journalctl -u ddtree-fleet-watchdog --no-pager -o cat").stdout
+    assert "restored known-good" in journal
+    rc, report, _ = labkit.probe("ct129")
+    assert rc == 0, report
+    assert labkit.known_good("ct129")["link"] == kg["link"]  # the record never moved
+    labkit.record_timing("interrupted deploy: watchdog restored known-good", after_kill=restored_after)
+
+    # The next run takes over the dead run's lock and finishes the job: the gate decides.
+    nxt = labkit.run_playbook("deploy_ddtree.yml", "-l", "ct129")
+    assert "took over a stale lock" in nxt.out, nxt
+    assert nxt.rc != 0 and "gate" in nxt.out
+    assert labkit.sha256("ct129", labkit.UNIT)[labkit.UNIT] == kg["unit_sha256"]
+    assert len(labkit.quarantine_files("ct129")) == 1
+    labkit.clear_quarantine("ct129")

@@ -47,10 +47,18 @@ def test_controller_killed_mid_change_host_restores_itself_and_next_run_finishes
     assert labkit.sha256("ct129", labkit.ENV_FILE)[labkit.ENV_FILE] == kg["env_sha256"]
     journal = labkit.ssh("ct129", "journalctl -u ddtree-fleet-watchdog --no-pager -o cat").stdout
     assert "restored known-good" in journal
-    rc, report, _ = labkit.probe("ct129")
+    # The restarted known-good service comes up (port closed, then /health) and passes the probe.
+    deadline = time.monotonic() + 90
+    while True:
+        rc, report, _ = labkit.probe("ct129")
+        if rc == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     assert rc == 0, report
+    healthy_after = time.monotonic() - killed_at
     assert labkit.known_good("ct129")["link"] == kg["link"]  # the record never moved
-    labkit.record_timing("interrupted deploy: watchdog restored known-good", after_kill=restored_after)
+    labkit.record_timing("interrupted deploy: watchdog restored known-good", unit_restored_after_kill=restored_after,
+                         probed_ok_after_kill=healthy_after)
 
     # The next run takes over the dead run's lock and finishes the job: the gate decides.
     nxt = labkit.run_playbook("deploy_ddtree.yml", "-l", "ct129")

@@ -13,6 +13,8 @@ import pytest
 import labkit
 
 PROJECT = "/opt/ddtree-fleet"
+TIMER_VARS = json.dumps({"ddtree_controllers": "ct200", "drift_timer_project_dir": PROJECT,
+                         "drift_timer_command": f"{PROJECT}/.venv/bin/ansible-playbook -i inventory/selfhost drift.yml"})
 SELF_INVENTORY = """---
 sglang_servers:
   children:
@@ -40,9 +42,7 @@ def control_node(lab):
                         f"printf %s {shlex.quote(SELF_INVENTORY)} > {PROJECT}/inventory/selfhost/hosts.yml && "
                         f"printf %s {shlex.quote(lab_vars)} > {PROJECT}/inventory/selfhost/group_vars/all.yml")
     labkit.record_timing("control node on ct200 (copy + ansible-core venv)", seconds=time.monotonic() - t0)
-    run = labkit.run_playbook("playbooks/drift_timer.yml", "-e", "ddtree_controllers=ct200",
-                              "-e", f"drift_timer_project_dir={PROJECT}",
-                              "-e", f"drift_timer_command={PROJECT}/.venv/bin/ansible-playbook -i inventory/selfhost drift.yml")
+    run = labkit.run_playbook("playbooks/drift_timer.yml", "-e", TIMER_VARS)
     assert run.rc == 0, run
     yield run
     labkit.ssh("ct200", "systemctl disable --now ddtree-drift.timer; rm -f /etc/systemd/system/ddtree-drift.*; "
@@ -57,9 +57,7 @@ def test_units_verify_and_the_timer_is_scheduled(control_node):
     assert labkit.ssh("ct200", "systemctl is-active ddtree-drift.timer").stdout.strip() == "active"
     show = labkit.ssh("ct200", "systemctl show ddtree-drift.timer -p NextElapseUSecRealtime -p Persistent").stdout
     assert "Persistent=yes" in show and "NextElapseUSecRealtime=\n" not in show + "\n"
-    again = labkit.run_playbook("playbooks/drift_timer.yml", "-e", "ddtree_controllers=ct200",
-                                "-e", f"drift_timer_project_dir={PROJECT}",
-                                "-e", f"drift_timer_command={PROJECT}/.venv/bin/ansible-playbook -i inventory/selfhost drift.yml")
+    again = labkit.run_playbook("playbooks/drift_timer.yml", "-e", TIMER_VARS)
     assert again.rc == 0 and again.recap("ct200")["changed"] == 0, again
 
 
@@ -81,10 +79,12 @@ def test_service_started_by_hand_runs_drift_and_writes_the_report(control_node):
 
 def test_a_second_run_never_overlaps(control_node):
     # Hold the run lock the way a running drift would; the service must give up at once.
-    labkit.ssh("ct200", "mkdir -p /run/ddtree-fleet && (flock /run/ddtree-fleet/drift.lock sleep 20 &) ; sleep 0.5")
+    labkit.ssh("ct200", "mkdir -p /run/ddtree-fleet && systemd-run --unit=hold-drift-lock --collect "
+                        "flock /run/ddtree-fleet/drift.lock sleep 30 && sleep 1")
     t0 = time.monotonic()
     res = labkit.ssh("ct200", "systemctl start ddtree-drift.service", check=False, timeout=120)
     took = time.monotonic() - t0
     status = labkit.ssh("ct200", "systemctl show ddtree-drift.service -p ExecMainStatus --value").stdout.strip()
     assert res.returncode == 0 and status == "75", (res.stderr, status)
     assert took < 10, took
+    labkit.ssh("ct200", "systemctl stop hold-drift-lock", check=False)

@@ -18,7 +18,7 @@ for h in ct129 ct200; do
   echo "   $h: $algo, probe: $verdict"
 done
 echo "== evidence collected for failed changes"
-ls -d artifacts/*/* 2>/dev/null | tail -n 5 | sed 's/^/   /'
+ls -d artifacts/ct*/2* 2>/dev/null | tail -n 5 | sed 's/^/   /'
 latest=$(ls -d artifacts/ct129/* 2>/dev/null | tail -n 1)
 if [ -n "$latest" ]; then
   echo "== $latest/summary.json"

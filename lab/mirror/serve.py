@@ -3,16 +3,87 @@
 
 Serves files under --root with byte ranges (so downloads can resume, as from a real mirror) and
 logs one line per request. Lab-only; an air-gapped site would run a real mirror (devpi, nginx).
+
+Fault switches for the weights tests: --faults names a JSON file (re-read on every request; absent
+means no faults) mapping a URL path to a fault:
+
+  {"/models/z-lab/Qwen3.6-27B-DFlash/<rev>/model.safetensors": {"mode": "cut", "times": 1}}
+
+  cut      send the headers with the full Content-Length, then half the body, then close
+  corrupt  send the full length with altered bytes (the sha256 in the manifest no longer matches)
+
+"times" is how many responses get the fault (-1 or absent: every one); it is counted per version
+of the faults file, so rewriting the file re-arms it.
 """
 import argparse
 import functools
 import http.server
+import json
 import os
 import re
+import threading
+
+
+class Faults:
+    """The --faults file and how many times each fault has fired for its current version."""
+
+    def __init__(self, path):
+        self.path = path
+        self.lock = threading.Lock()
+        self.fired = {}
+
+    def take(self, url_path):
+        """The fault mode to apply to this response, or None."""
+        if not self.path:
+            return None
+        try:
+            version = os.stat(self.path).st_mtime_ns
+            with open(self.path) as fh:
+                table = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        fault = table.get(url_path)
+        if not isinstance(fault, dict) or fault.get("mode") not in ("cut", "corrupt"):
+            return None
+        times = int(fault.get("times", -1))
+        with self.lock:
+            key = (version, url_path)
+            if 0 <= times <= self.fired.get(key, 0):
+                return None
+            self.fired[key] = self.fired.get(key, 0) + 1
+        return fault["mode"]
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+
+    def __init__(self, *args, faults=None, **kwargs):
+        self.faults = faults
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self):
+        path = self.translate_path(self.path)
+        mode = self.faults.take(self.path.split("?", 1)[0]) if self.faults and os.path.isfile(path) else None
+        if mode is None:
+            return super().do_GET()
+        with open(path, "rb") as fh:
+            body = fh.read()
+        self.log_message("lab fault %s on %s", mode, self.path)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(path))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if mode == "cut":
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return None
+        altered = bytearray(body)
+        for i in range(0, len(altered), max(1, len(altered) // 16)):
+            altered[i] ^= 0xFF
+        self.wfile.write(bytes(altered))
+        return None
 
     def send_head(self):
         rng = self.headers.get("Range")
@@ -56,8 +127,11 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--root", required=True)
     ap.add_argument("--tag", default="ddtree-lab-mirror", help="marker in the command line (for PID checks)")
+    ap.add_argument("--faults", default=os.path.join(os.environ.get("DDTREE_LAB_STATE", "/var/lib/ddtree-lab"),
+                                                     "mirror-faults.json"),
+                    help="JSON fault table for tests (see the module docstring)")
     args = ap.parse_args()
-    handler = functools.partial(Handler, directory=args.root)
+    handler = functools.partial(Handler, directory=args.root, faults=Faults(args.faults))
     http.server.ThreadingHTTPServer.allow_reuse_address = True
     with http.server.ThreadingHTTPServer((args.bind, args.port), handler) as srv:
         srv.serve_forever()

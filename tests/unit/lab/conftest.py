@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ if str(STANDIN_SRC) not in sys.path:
     sys.path.insert(0, str(STANDIN_SRC))
 
 from sglang_lab_standin import physics  # noqa: E402
-from standin_testlib import port_open, wait_for  # noqa: E402,F401  (shared with the tests)
+from standin_testlib import free_port, port_open, wait_for  # noqa: E402,F401  (shared with the tests)
 
 A6000 = "NVIDIA RTX A6000, 8.6, 49140"
 PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887"
@@ -64,12 +63,6 @@ def sglang_tree(tmp_path):
     def make(state: str) -> Path:
         return write_fake_sglang(tmp_path / f"sg-{state}", state)
     return make
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Standin:

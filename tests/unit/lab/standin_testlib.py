@@ -5,6 +5,12 @@ import socket
 import time
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)

@@ -338,6 +338,23 @@ def test_fault_never_healthy(launch):
     assert "fired up" not in s.log
 
 
+def test_fault_exit_on_start(launch):
+    s = launch(env={"DDTREE_LAB_FAULT": "exit_on_start"})
+    assert s.proc.wait(timeout=10) == 1
+    assert "exit_on_start" in s.log and not port_open(s.port)
+
+
+def test_fault_only_scopes_the_fault_to_listed_algorithms(launch):
+    env = {"DDTREE_LAB_FAULT": "garbage_fast", "DDTREE_LAB_FAULT_ONLY": "ddtree, DFLASH"}
+    question = {"text": "What is 2 + 2? Answer with a number only.", "sampling_params": {"max_new_tokens": 8}}
+    plain = launch(env=env).wait_ready()   # no --speculative-algorithm: NONE is not listed
+    assert requests.post(plain.base + "/generate", json=question, timeout=10).json()["text"] == "4"
+    nextn = launch(["--speculative-algorithm", "NEXTN"], env=env).wait_ready()
+    assert requests.post(nextn.base + "/generate", json=question, timeout=10).json()["text"] == "4"
+    scoped = launch(env={**env, "DDTREE_LAB_FAULT_ONLY": "none"}).wait_ready()
+    assert requests.post(scoped.base + "/generate", json=question, timeout=10).json()["text"] != "4"
+
+
 def test_bad_fault_value_exits(launch):
     s = launch(env={"DDTREE_LAB_FAULT": "explode"})
     assert s.proc.wait(timeout=10) == 2

@@ -1,7 +1,11 @@
 """Lab fault switches and timing knobs, read from the environment (the lab unit's EnvironmentFile).
 
 DDTREE_LAB_FAULT            none | hang_midstream | http_500 | crash_on_first_request |
-                            garbage_fast | slow_text | unhealthy_after:SECONDS | never_healthy
+                            garbage_fast | slow_text | unhealthy_after:SECONDS | never_healthy |
+                            exit_on_start
+DDTREE_LAB_FAULT_ONLY       comma-separated --speculative-algorithm values (NONE: no speculative
+                            decoding) the fault applies to; empty: every server. Lets a test break
+                            the candidate (e.g. DDTREE) while the known-good NEXTN keeps working.
 DDTREE_LAB_RATE_SCALE       float multiplier on every token rate (and prefill speed); default 1.0
 DDTREE_LAB_STARTUP_SECONDS  port stays closed this long (default 2.0)
 DDTREE_LAB_WARMUP_SECONDS   warm-up after the port opens, health 503 meanwhile (default 1.0)
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 FAULT_KINDS = ("none", "hang_midstream", "http_500", "crash_on_first_request", "garbage_fast",
-               "slow_text", "unhealthy_after", "never_healthy")
+               "slow_text", "unhealthy_after", "never_healthy", "exit_on_start")
 
 GARBAGE_RATE = 250.0   # tokens/s of garbage_fast (before rate scale)
 SLOW_TEXT_RATE = 0.5   # tokens/s of slow_text (before rate scale)
@@ -58,6 +62,11 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def parse_scope(value: Optional[str]) -> tuple:
+    """DDTREE_LAB_FAULT_ONLY -> upper-cased algorithm names; () means every server."""
+    return tuple(sorted({p.strip().upper() for p in (value or "").split(",") if p.strip()}))
+
+
 @dataclass(frozen=True)
 class LabConfig:
     fault: Fault
@@ -65,6 +74,13 @@ class LabConfig:
     startup_seconds: float
     warmup_seconds: float
     debug: bool
+    fault_only: tuple = ()
+
+    def fault_for(self, algorithm: Optional[str]) -> Fault:
+        """The fault this server has: the configured one unless DDTREE_LAB_FAULT_ONLY excludes it."""
+        if self.fault_only and (algorithm or "NONE").upper() not in self.fault_only:
+            return Fault()
+        return self.fault
 
 
 def load_config(env: Optional[Mapping[str, str]] = None) -> LabConfig:
@@ -78,4 +94,5 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> LabConfig:
         startup_seconds=_float(env, "DDTREE_LAB_STARTUP_SECONDS", 2.0),
         warmup_seconds=_float(env, "DDTREE_LAB_WARMUP_SECONDS", 1.0),
         debug=env.get("DDTREE_LAB_DEBUG", "") not in ("", "0", "false", "no"),
+        fault_only=parse_scope(env.get("DDTREE_LAB_FAULT_ONLY")),
     )

@@ -5,6 +5,7 @@ Runs as ``python -m sglang_lab_standin <launch_server args>``.  Stdlib only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -707,6 +708,13 @@ def main(argv: Optional[list] = None) -> int:
         cli.build_parser(extra).error("the following arguments are required: --model-path")
 
     log(f"server_args={cli.server_args_repr(args)}")
+    config = dataclasses.replace(config, fault=config.fault_for(args.speculative_algorithm))
+    if config.fault.kind == "exit_on_start":
+        time.sleep(0.1 * config.startup_seconds)
+        log("Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main\n'
+            "RuntimeError: [lab fault exit_on_start] the server process exited during start-up")
+        die(1)
     gpus = physics.query_gpus()
     b = physics.decide(gpus, args, source)
     if config.debug:

@@ -31,11 +31,11 @@ venv: $(VENV)/.stamp  ## create the pinned controller toolchain in .venv/
 
 deps: lab-deps venv
 
-lab-up: deps  ## boot the lab fleet (N=<hosts> for more) and put the known-good NEXTN service on it
-	$(PY) lab/labctl.py up
+lab-up: deps  ## boot ct129 + ct200 (N=8: also lab03..lab08, sm86/sm120 alternating) and seed known-good NEXTN
+	$(PY) lab/labctl.py up $(if $(N),--hosts $(N))
 	$(BIN)/ansible-playbook playbooks/lab_seed.yml
 
-lab-down:  ## stop the lab and remove everything it made
+lab-down:  ## stop the lab (every host, also lab03.. of N=) and remove everything it made
 	python3 lab/labctl.py down
 
 lab-status:  ## show the lab hosts

@@ -15,6 +15,10 @@ Commands (run as root):
                    sshd answers and systemd reports running; idempotent
   down             stop everything and remove every process, mount, netns, veth and cgroup
                    the lab made, also after a crashed or interrupted run; idempotent
+  restart NAME     power-cycle one running host: kill its container (every process of its
+                   cgroup, no orderly shutdown), keep its disk (overlay upper dir) and network
+                   namespace, boot it again, wait until sshd answers and systemd reports
+                   running, print the seconds taken
   status           print the state of every host as JSON
   mirror           (re)build the mirror tree only
 
@@ -59,6 +63,8 @@ MIRROR_PORT = 8873
 SSH_DIR = STATE / "ssh"
 KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
+# Each host's definition (name, index, profile, image) next to its disk, written by `up`.
+HOST_RECORD = "host.json"
 
 
 def log(msg: str) -> None:
@@ -89,6 +95,13 @@ def fleet(n_hosts: int | None = None, fleet_file: Path | None = None) -> list[di
             hosts.append({"name": f"lab{i + 1:02d}", "index": i + 1, "profile": profiles[i % len(profiles)]})
     elif n_hosts is not None:
         hosts = hosts[:n_hosts]
+    return describe(hosts, data)
+
+
+def describe(hosts: list[dict], data: dict | None = None) -> list[dict]:
+    """Fleet entries (name, index, profile) completed with addresses, devices and paths."""
+    data = data or json.loads(FLEET_FILE.read_text())
+    hosts = [dict(h) for h in hosts]
     for h in hosts:
         prof = data["profiles"][h["profile"]]
         h.update(arch_group=prof["arch_group"], gpus=prof["gpus"],
@@ -105,8 +118,14 @@ def known_hosts_on_disk() -> list[dict]:
     hosts = {h["name"]: h for h in fleet(max(8, len(names) + 2))}
     out = []
     for name in sorted(names):
+        rec = STATE / "hosts" / name / HOST_RECORD
         if name in hosts:
             out.append(hosts[name])
+        elif rec.exists():  # a host of another fleet file (labctl up --fleet): its own record
+            try:
+                out.append(describe([{k: json.loads(rec.read_text())[k] for k in ("name", "index", "profile")}])[0])
+            except (ValueError, KeyError):
+                out.append({"name": name, "netns": f"ddl-{name}", "veth_host": None, "dir": STATE / "hosts" / name})
         else:  # unknown name: tear down what we can find by name
             out.append({"name": name, "netns": f"ddl-{name}", "veth_host": None,
                         "dir": STATE / "hosts" / name})
@@ -492,6 +511,7 @@ def up(n_hosts: int | None, fleet_file: Path | None = None) -> None:
         teardown_host(h, quiet=True)  # leftovers of a crashed run
         setup_network(h)
         merged = prepare_root(h, base)
+        write_host_record(h, base)
         pid = boot(h, merged)
         booted.append((h, pid))
         log(f"{h['name']}: booting ({h['arch_group']}, {len(h['gpus'])} GPUs, {h['addr']}, pid {pid})")
@@ -502,6 +522,91 @@ def up(n_hosts: int | None, fleet_file: Path | None = None) -> None:
     if fleet_file is None:
         write_inventory_hosts(hosts)
     log(f"lab up: {', '.join(h['name'] for h in hosts)} in {time.time() - t0:.1f}s")
+
+
+def write_host_record(h: dict, base: Path) -> None:
+    """The host's definition and its image, for `restart` (which may not know its fleet file)."""
+    rec = {k: h[k] for k in ("name", "index", "profile") if k in h}
+    rec["lowerdir"] = str(base)
+    (h["dir"] / HOST_RECORD).write_text(json.dumps(rec, indent=2) + "\n")
+
+
+def find_host(name: str, fleet_file: Path | None = None) -> dict:
+    """A host by name: from a fleet file, from the record `up` wrote, or from lab/fleet.json."""
+    if fleet_file is not None:
+        hosts = {h["name"]: h for h in fleet(None, fleet_file)}
+        if name not in hosts:
+            raise SystemExit(f"lab: no host {name!r} in {fleet_file}")
+        return hosts[name]
+    rec_path = STATE / "hosts" / name / HOST_RECORD
+    if rec_path.exists():
+        rec = json.loads(rec_path.read_text())
+        h = describe([{k: rec[k] for k in ("name", "index", "profile")}])[0]
+        h["lowerdir"] = rec.get("lowerdir")
+        return h
+    hosts = {h["name"]: h for h in fleet(8)}  # ct129, ct200 and the lab03.. hosts of --hosts N
+    if name not in hosts:
+        raise SystemExit(f"lab: unknown host {name!r}: not in lab/fleet.json and no record under "
+                         f"{STATE / 'hosts' / name}; pass --fleet FILE for a host of another fleet")
+    return hosts[name]
+
+
+def overlay_lowerdir(merged: Path) -> str | None:
+    """The lowerdir of the overlay mounted at merged (None when it is not mounted)."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 3 and parts[1] == str(merged) and parts[2] == "overlay":
+            m = re.search(r"(?:^|,)lowerdir=([^,]+)", parts[3])
+            return m.group(1) if m else None
+    return None
+
+
+def restart(name: str, fleet_file: Path | None = None, timeout: float = 90) -> float:
+    """Power-cycle one host: SIGKILL its container, keep its disk and netns, boot, wait ready."""
+    if os.geteuid() != 0:
+        raise SystemExit("lab: must run as root (cgroups, mounts, nspawn)")
+    h = find_host(name, fleet_file)
+    d: Path = h["dir"]
+    merged = d / "root"
+    if not (d / "upper").is_dir():
+        raise SystemExit(f"lab: {name} has no disk under {d}; boot it with `labctl up` first")
+    if h["netns"] not in netns_list():
+        raise SystemExit(f"lab: {name}: network namespace {h['netns']} is gone; boot it with `labctl up`")
+    t0 = time.time()
+    pid = host_pid(h)
+    # Power off: no SIGTERM, no orderly shutdown. Kill the nspawn process and everything in
+    # the container's cgroup at once, wait until the cgroup is empty and remove it.
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for cg in cgroup_dirs(name):
+        kill_cgroup(cg)
+    for cg in cgroup_dirs(name):
+        rm_cgroup(cg)
+    deadline = time.time() + 10
+    while pid and pid_alive(pid, f"-M {name} ") and time.time() < deadline:
+        time.sleep(0.05)
+    if pid and pid_alive(pid, f"-M {name} "):
+        raise SystemExit(f"lab: {name}: container process {pid} survived SIGKILL")
+    shutil.rmtree(Path("/run/systemd/nspawn/propagate") / name, ignore_errors=True)
+    log(f"{name}: powered off (pid {pid or 'none'} killed); disk {d / 'upper'} kept")
+    # The disk: the same overlay (upper dir kept). Remount it on its own image if it is not mounted.
+    if not os.path.ismount(merged):
+        lower = h.get("lowerdir") or str(image_dir() / "rootfs")
+        if not Path(lower).is_dir():
+            raise SystemExit(f"lab: {name}: its base image {lower} is gone; cannot boot the same disk")
+        (d / "work").mkdir(exist_ok=True)
+        run(["mount", "-t", "overlay", "overlay", "-o",
+             f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}", str(merged)])
+    new_pid = boot(h, merged)
+    log(f"{name}: booting again (pid {new_pid})")
+    wait_ready(h, new_pid, timeout=timeout)
+    took = time.time() - t0
+    log(f"{name}: systemd running, sshd up")
+    print(f"{name}: restarted in {took:.1f}s", flush=True)
+    return took
 
 
 def write_inventory_hosts(hosts: list[dict]) -> None:
@@ -617,7 +722,12 @@ def leftover_report() -> list[str]:
 
 def status() -> None:
     out = []
-    for h in fleet():
+    hosts = {h["name"]: h for h in fleet()}
+    for h in known_hosts_on_disk():  # also lab03.. of `up --hosts N` and hosts of other fleets
+        hosts.setdefault(h["name"], h)
+    for h in hosts.values():
+        if "addr" not in h:
+            continue
         pid = host_pid(h)
         out.append({"name": h["name"], "address": h["addr"], "running": bool(pid), "pid": pid,
                     "arch_group": h["arch_group"]})
@@ -627,7 +737,7 @@ def status() -> None:
                      indent=2))
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("image")
@@ -637,9 +747,19 @@ def main() -> None:
                       help="another fleet file (same profiles), e.g. a molecule scenario's own hosts")
     p_down = sub.add_parser("down")
     p_down.add_argument("--fleet", type=Path, default=None, help="tear down only this fleet file's hosts")
+    p_restart = sub.add_parser("restart", help="power-cycle one host (its disk survives)")
+    p_restart.add_argument("name", help="host name, e.g. ct129")
+    p_restart.add_argument("--fleet", type=Path, default=None,
+                           help="the fleet file the host was booted from (default: found by name)")
+    p_restart.add_argument("--timeout", type=float, default=90,
+                           help="seconds to wait for sshd and systemd after the boot (default 90)")
     sub.add_parser("status")
     sub.add_parser("mirror")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     STATE.mkdir(parents=True, exist_ok=True)
     CACHE.mkdir(parents=True, exist_ok=True)
     if args.cmd == "image":
@@ -648,6 +768,8 @@ def main() -> None:
         up(args.hosts, args.fleet)
     elif args.cmd == "down":
         down(args.fleet)
+    elif args.cmd == "restart":
+        restart(args.name, args.fleet, args.timeout)
     elif args.cmd == "status":
         status()
     elif args.cmd == "mirror":

@@ -1,0 +1,269 @@
+# -*- coding: utf-8 -*-
+"""Strict, fact-free checks of operator inputs against the roles' argument specs.
+
+``ansible.builtin.validate_argument_spec`` (and a role's own argument validation) converts
+silently: a ``str`` option takes a mapping and turns it into its repr, a ``list`` option splits
+``"a,b"``, a ``dict`` option parses ``"k=v"``, an ``int`` option takes ``true``, a ``float``
+option takes ``"nan"``. The role then renders that value into a unit or a command line, well
+after the run has started changing hosts. ``ddtree_input_problems`` refuses all of that and
+also applies the documented ranges (``playbooks/vars/inputs.yml``: min/max, gt/lt, choices,
+pattern, absolute paths, allowed keys), so playbooks/tasks/validate_inputs.yml can fail every
+bad input in the preflight play, before any host changes, with one message per variable that
+names it, its value and what is expected.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+BOOLEAN_STRINGS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}
+INT_RE = re.compile(r"^\s*[-+]?[0-9]+\s*$")
+FLOAT_RE = re.compile(r"^\s*[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?\s*$")
+TYPE_WORDS = {
+    "str": "a string",
+    "path": "a path (a string)",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean (true or false)",
+    "list": "a list",
+    "dict": "a mapping",
+}
+PLURAL = {"str": "strings", "path": "paths", "int": "integers", "float": "numbers", "bool": "booleans",
+          "list": "lists", "dict": "mappings"}
+
+
+def _show(value, hidden=False):
+    if hidden:
+        return "<hidden>"
+    try:
+        text = json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _kind(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return type(value).__name__
+
+
+def _as_number(value, wanted):
+    """The value as int/float when it has the wanted type (numeric strings from -e k=v count)."""
+    if isinstance(value, bool):
+        return None
+    if wanted == "int":
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and INT_RE.match(value):
+            return int(value)
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str) and FLOAT_RE.match(value):
+        number = float(value)
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _type_ok(value, wanted):
+    """True when value has the wanted argument-spec type without a lossy conversion."""
+    if wanted in ("int", "float"):
+        return _as_number(value, wanted) is not None
+    if wanted == "bool":
+        return isinstance(value, bool) or (isinstance(value, str) and value.lower() in BOOLEAN_STRINGS) \
+            or (isinstance(value, int) and value in (0, 1))
+    if wanted == "str":
+        return isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    if wanted == "path":
+        return isinstance(value, str)
+    if wanted == "list":
+        return isinstance(value, (list, tuple))
+    if wanted == "dict":
+        return isinstance(value, Mapping)
+    if wanted in ("raw", None):
+        return True
+    raise AnsibleFilterError("ddtree_input_problems: argument spec type %r is not supported" % wanted)
+
+
+def _range_problems(value, wanted, limits):
+    """What the scalar value (already of the wanted type) breaks in limits, as 'expected ...' parts."""
+    out = []
+    if wanted in ("int", "float"):
+        number = _as_number(value, wanted)
+        if "min" in limits and number < limits["min"]:
+            out.append("at least %s" % limits["min"])
+        if "max" in limits and number > limits["max"]:
+            out.append("at most %s" % limits["max"])
+        if "gt" in limits and number <= limits["gt"]:
+            out.append("greater than %s" % limits["gt"])
+        if "lt" in limits and number >= limits["lt"]:
+            out.append("less than %s" % limits["lt"])
+    text = value if isinstance(value, str) else str(value)
+    if "choices" in limits:
+        choices = [str(c) for c in limits["choices"]]
+        probe = text.upper() if limits.get("ignore_case") else text
+        if probe not in [c.upper() if limits.get("ignore_case") else c for c in choices]:
+            out.append("one of %s" % ", ".join(choices))
+    if limits.get("nonempty") and not text.strip():
+        out.append("not empty")
+    if limits.get("absolute") and not text.startswith("/"):
+        out.append("an absolute path")
+    if "pattern" in limits and not re.search(limits["pattern"], text):
+        out.append(limits.get("expect") or "matching %s" % limits["pattern"])
+    return out
+
+
+def _describe(spec, limits):
+    """'an integer from 1 to 65535'-style description of what an option takes."""
+    wanted = spec.get("type", "str")
+    words = TYPE_WORDS.get(wanted, wanted)
+    if wanted == "list" and spec.get("elements"):
+        words = "a list of %s" % PLURAL.get(spec["elements"], spec["elements"])
+    if spec.get("choices"):
+        words += " (one of %s)" % ", ".join(str(c) for c in spec["choices"])
+    if limits:
+        parts = []
+        for key, word in (("min", ">="), ("gt", ">"), ("max", "<="), ("lt", "<")):
+            if key in limits:
+                parts.append("%s %s" % (word, limits[key]))
+        if "choices" in limits:
+            parts.append("one of %s" % ", ".join(str(c) for c in limits["choices"]))
+        if limits.get("absolute"):
+            parts.append("absolute")
+        if limits.get("nonempty"):
+            parts.append("not empty")
+        if "expect" in limits:
+            parts.append(limits["expect"])
+        elif "pattern" in limits:
+            parts.append("matching %s" % limits["pattern"])
+        if "min_items" in limits:
+            parts.append("at least %s item(s)" % limits["min_items"])
+        if "allowed_keys" in limits:
+            parts.append("keys from %s" % ", ".join(limits["allowed_keys"]))
+        if "value_choices" in limits:
+            parts.append("values from %s" % ", ".join(limits["value_choices"]))
+        if parts:
+            words += " (%s)" % "; ".join(parts)
+    return words
+
+
+def _check(name, value, spec, limits_by_name, problems):
+    """Append 'name=value: expected ...' for every way value breaks spec and its limits."""
+    limits = limits_by_name.get(name, {})
+    hidden = bool(spec.get("no_log"))
+    wanted = spec.get("type", "str")
+    expect = _describe(spec, limits)
+
+    def bad(detail=None):
+        problems.append("%s=%s (%s): expected %s%s" % (
+            name, _show(value, hidden), _kind(value), expect, "; %s" % detail if detail else ""))
+
+    if value is None or not _type_ok(value, wanted):
+        bad()
+        return
+    if spec.get("choices") is not None and wanted not in ("list", "dict"):
+        if str(value) not in [str(c) for c in spec["choices"]]:
+            bad()
+            return
+    if wanted == "list":
+        elements = spec.get("elements")
+        if "min_items" in limits and len(value) < limits["min_items"]:
+            bad("got %d item(s)" % len(value))
+            return
+        for i, item in enumerate(value):
+            if elements and (item is None or not _type_ok(item, elements)):
+                bad("item %d is %s %s" % (i, _kind(item), _show(item, hidden)))
+                return
+            if spec.get("choices") is not None and str(item) not in [str(c) for c in spec["choices"]]:
+                bad("item %d is %s" % (i, _show(item, hidden)))
+                return
+            if elements not in ("list", "dict") and _range_problems(item, elements, limits):
+                bad("item %d is %s" % (i, _show(item, hidden)))
+                return
+        return
+    if wanted == "dict":
+        if "allowed_keys" in limits:
+            extra = sorted(str(k) for k in value if k not in limits["allowed_keys"])
+            if extra:
+                bad("unknown key(s) %s" % ", ".join(extra))
+                return
+        if "value_choices" in limits:
+            wrong = sorted(str(k) for k, v in value.items() if str(v) not in limits["value_choices"])
+            if wrong:
+                bad("wrong value for %s" % ", ".join(wrong))
+                return
+        if "value_type" in limits:
+            wrong = sorted(str(k) for k, v in value.items() if not _type_ok(v, limits["value_type"]))
+            if wrong:
+                bad("%s must be %s" % (", ".join(wrong), TYPE_WORDS[limits["value_type"]]))
+                return
+        sub = spec.get("options")
+        if sub:
+            unknown = sorted(str(k) for k in value if k not in sub)
+            missing = sorted(k for k, s in sub.items() if s.get("required") and k not in value)
+            if unknown or missing:
+                bad("; ".join(filter(None, [
+                    "unknown key(s) %s" % ", ".join(unknown) if unknown else "",
+                    "missing key(s) %s" % ", ".join(missing) if missing else ""])))
+                return
+            for key, sub_spec in sub.items():
+                if key in value:
+                    _check("%s.%s" % (name, key), value[key], sub_spec, limits_by_name, problems)
+        return
+    if _range_problems(value, wanted, limits):
+        bad()
+
+
+def ddtree_input_problems(values, options, limits=None):
+    """One message per option in ``options`` (an argument spec entry point's options) whose value
+    in ``values`` (option name -> value; absent when not set) breaks the spec or ``limits``."""
+    if not isinstance(values, Mapping) or not isinstance(options, Mapping):
+        raise AnsibleFilterError("ddtree_input_problems expects a mapping of values and a mapping of options")
+    limits = dict(limits or {})
+    problems = []
+    for name in sorted(options):
+        if name in values:
+            _check(name, values[name], options[name] or {}, limits, problems)
+    return problems
+
+
+def ddtree_spec_options(specs, entry_points):
+    """Merged options of ``entry_points`` (["role:entry", ...]) from ``specs`` (role -> the parsed
+    meta/argument_specs.yml); fails naming an entry point that has no argument spec."""
+    merged = {}
+    for ref in entry_points:
+        role, _sep, entry = str(ref).partition(":")
+        entry = entry or "main"
+        try:
+            options = specs[role]["argument_specs"][entry].get("options") or {}
+        except (KeyError, TypeError, AttributeError):
+            raise AnsibleFilterError("no argument spec for entry point %r of role %r" % (entry, role))
+        merged.update(options)
+    return merged
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "ddtree_input_problems": ddtree_input_problems,
+            "ddtree_spec_options": ddtree_spec_options,
+        }

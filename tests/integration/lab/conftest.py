@@ -26,6 +26,50 @@ HERE = Path(__file__).resolve().parent
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "lab: needs the running ddtree lab (make lab-up); run as root")
+    config.addinivalue_line("markers", "fault_case(name): a row of the fault matrix table "
+                                       "(printed at the end and written to artifacts/fault-matrix.md)")
+
+
+# ------------------------------------------------------------------ the fault matrix table
+
+FAULT_ROWS: dict[str, dict] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    marker = item.get_closest_marker("fault_case")
+    if marker is None:
+        return
+    name = marker.args[0]
+    row = FAULT_ROWS.setdefault(name, {"case": name, "result": "not run", "seconds": 0.0, "end_state": ""})
+    row["seconds"] += report.duration
+    if report.when == "call" or report.failed or report.skipped:
+        if row["result"] in ("not run", "pass") or report.failed:
+            row["result"] = "PASS" if report.passed else ("SKIP" if report.skipped else "FAIL")
+        props = dict(item.user_properties)
+        row["end_state"] = str(props.get("end_state", "")) if report.passed else (
+            report.longreprtext.strip().splitlines()[-1][:160] if report.longreprtext else "")
+
+
+def fault_table() -> str:
+    lines = ["| case | result | seconds | end state |", "|---|---|---:|---|"]
+    for row in FAULT_ROWS.values():
+        lines.append(f"| {row['case']} | {row['result']} | {row['seconds']:.1f} | {row['end_state']} |")
+    passed = sum(r["result"] == "PASS" for r in FAULT_ROWS.values())
+    lines.append(f"\n{passed} of {len(FAULT_ROWS)} fault cases passed.")
+    return "\n".join(lines)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not FAULT_ROWS:
+        return
+    table = fault_table()
+    terminalreporter.section("fault matrix")
+    terminalreporter.write_line(table)
+    labkit.ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (labkit.ARTIFACTS / "fault-matrix.md").write_text("# Fault matrix (lab)\n\n" + table + "\n")
 
 
 def pytest_collection_modifyitems(config, items):

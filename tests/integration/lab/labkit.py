@@ -48,8 +48,11 @@ def ssh(host: str, command: str, check: bool = True, timeout: float = 120) -> su
     return res
 
 
-def ansible_env() -> dict[str, str]:
+def ansible_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    for secret in ("SGLANG_API_KEY", "HF_TOKEN"):   # the lab reads them (inventory/lab); tests set them
+        env.pop(secret, None)
+    env.update(extra or {})
     env.update({
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_HOME": str(REPO / ".ansible"),
@@ -87,11 +90,11 @@ class Run:
         return f"{' '.join(map(shlex.quote, self.argv))} -> rc {self.rc} in {self.seconds:.1f}s\n{self.tail()}"
 
 
-def run_playbook(playbook: str, *args: str, timeout: float = 900) -> Run:
+def run_playbook(playbook: str, *args: str, timeout: float = 900, env: dict[str, str] | None = None) -> Run:
     """ansible-playbook from the repository root; every output line is timestamped as it arrives."""
     argv = [str(VENV_BIN / "ansible-playbook"), playbook, *args]
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, cwd=REPO, env=ansible_env(env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines: list[tuple[float, str]] = []
     assert proc.stdout is not None
@@ -102,6 +105,52 @@ def run_playbook(playbook: str, *args: str, timeout: float = 900) -> Run:
             break
     rc = proc.wait(timeout=60)
     return Run(argv, rc, "\n".join(line for _, line in lines), time.monotonic() - t0, lines)
+
+
+class Background:
+    """ansible-playbook running in the background (for faults injected mid-run)."""
+
+    def __init__(self, playbook: str, *args: str):
+        import threading
+        self.argv = [str(VENV_BIN / "ansible-playbook"), playbook, *args]
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.argv, cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.lines: list[tuple[float, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic() - self.t0, line.rstrip("\n")))
+
+    def saw(self, pattern: str) -> bool:
+        rx = re.compile(pattern)
+        return any(rx.search(line) for _, line in list(self.lines))
+
+    def wait(self, timeout: float = 600) -> Run:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(timeout=30)
+        self.reader.join(timeout=30)
+        return Run(self.argv, rc, "\n".join(line for _, line in self.lines), time.monotonic() - self.t0, self.lines)
+
+
+def wait_until(pred, timeout: float, interval: float = 0.5, what: str = "condition"):
+    """Poll pred() until it returns something truthy; AssertionError naming `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = pred()
+        except (AssertionError, subprocess.TimeoutExpired):
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not reached within {timeout:.0f}s")
 
 
 def run_ansible(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

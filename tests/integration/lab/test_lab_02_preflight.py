@@ -34,7 +34,8 @@ def _assert_preflight_failure(run: labkit.Run, patterns: list[str]) -> None:
     for pattern in patterns:
         assert re.search(pattern, fatal), f"{pattern!r} not in the failure:\n{fatal[:3000]}"
     # It stopped in the preflight play: nothing of the install play ran for ct129.
-    second_play = run.out.partition("PLAY [Install, change, gate")[2]
+    assert "PLAY [Preflight every targeted host" in run.out, run.tail()
+    second_play = run.out.partition("PLAY [Change each host under the quality gate")[2]
     assert "TASK [" not in second_play, f"the change play ran after a failed preflight:\n{run.tail()}"
 
 

@@ -117,8 +117,8 @@ def test_report_timings(incident, evidence):
     rollback_from_reports = restored_at - failed_at
 
     # The same from the play's own output, timed as each line arrived.
-    gate_probe = run.first_line_at(r"^TASK \[quality_gate : Probe the service\]")
-    rescue = run.first_line_at(r"^TASK \[known_good : ")
+    gate_probe = run.first_line_at(r"^TASK \[quality_gate : Probe the service \(quality gate\)\]")
+    rescue = run.first_line_at(r"^TASK \[known_good : Choose the evidence directory\]")
     restore = run.first_line_at(r"^RUNNING HANDLER \[known_good : Restore the known-good unit\]")
     probed = run.first_line_at(r"^RUNNING HANDLER \[known_good : Keep the restored service's probe report")
     measured = {
@@ -154,7 +154,7 @@ def test_second_deploy_ends_as_quarantined(rerun):
     assert recap["changed"] == 0 and recap["failed"] == 0, recap
     flat = " ".join(run.out.split())
     assert "ct129 quarantined" in flat, run.tail(80)
-    ran = re.findall(r"^TASK \[(?:sglang_service : Install the unit|quality_gate : Probe the service)\] \**\n"
+    ran = re.findall(r"^TASK \[(?:sglang_service : Install the unit|quality_gate : Probe the service)[^\]]*\] \**\n"
                      r"(?:ok|changed|fatal): \[ct129\]", run.out, re.M)
     assert not ran, f"a quarantined configuration was retried: {ran}\n{run.tail(80)}"
 

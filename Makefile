@@ -5,6 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 N ?=
+# Lab slots: copies of the lab (ct129 + ct200) for lab tests run side by side (one per xdist worker).
+SLOTS ?=
+# Workers for the unit tests (they mostly wait on local servers and subprocesses).
+UNIT_WORKERS ?= 4
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_HOME := $(CURDIR)/.ansible
 export XDG_CACHE_HOME := /tmp/ddtree-fleet-cache
@@ -31,9 +35,9 @@ venv: $(VENV)/.stamp  ## create the pinned controller toolchain in .venv/
 
 deps: lab-deps venv
 
-lab-up: deps  ## boot ct129 + ct200 (N=8: also lab03..lab08, sm86/sm120 alternating) and seed known-good NEXTN
-	$(PY) lab/labctl.py up $(if $(N),--hosts $(N))
-	$(BIN)/ansible-playbook playbooks/lab_seed.yml
+lab-up: deps  ## boot ct129 + ct200 (N=8: also lab03..lab08; SLOTS=3: two more copies for parallel tests) and seed known-good NEXTN
+	$(PY) lab/labctl.py up $(if $(N),--hosts $(N)) $(if $(SLOTS),--slots $(SLOTS))
+	bash lab/seed.sh
 
 lab-down:  ## stop the lab (every host, also lab03.. of N=) and remove everything it made
 	python3 lab/labctl.py down
@@ -44,11 +48,14 @@ lab-status:  ## show the lab hosts
 demo: lab-up  ## set up, boot the lab, run deploy_ddtree.yml on it, print what happened
 	bash lab/demo.sh
 
-test: deps  ## set up, then run every test (unit, lint, lab integration, molecule)
+test: deps  ## set up, then run every test (unit, lint, lab integration, molecule): what CI runs
 	bash tests/run_all.sh
 
-test-unit: venv  ## only the unit tests (no lab needed)
-	$(BIN)/pytest -q tests/unit
+test-unit: venv  ## only the unit tests (no lab, no root; about a minute): run them after every change
+	$(BIN)/pytest -q -n $(UNIT_WORKERS) tests/unit
+
+test-lab: deps  ## only the lab tests: boot the lab slots, lab integration + molecule, lab down
+	bash tests/run_all.sh lab
 
 lint: venv  ## yamllint + ansible-lint (production profile) + ansible-doc for every module
 	$(BIN)/yamllint -s .

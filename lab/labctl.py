@@ -11,10 +11,19 @@ reached from every host through its veth gateway, as an air-gapped site's local 
 
 Commands (run as root):
   image            build the cached base rootfs (debootstrap) unless it is current
-  up [--hosts N]   build the image if needed, start the mirror, boot every host, wait until
-                   sshd answers and systemd reports running; idempotent
+  up [--hosts N] [--slots K]
+                   build the image if needed, start the mirror, boot every host, wait until
+                   sshd answers and systemd reports running; idempotent. --slots K also boots
+                   K-1 copies of lab/fleet.json ("slots", one per parallel test worker):
+                   slot k's hosts are the machines s<k>-ct129, s<k>-ct200 whose inventory
+                   names (and hostnames) are ct129, ct200, with their own addresses; their
+                   hosts.json and Ansible inventory are under $DDTREE_LAB_STATE/slots/<k>/
   down             stop everything and remove every process, mount, netns, veth and cgroup
                    the lab made, also after a crashed or interrupted run; idempotent
+  snapshot NAME..  keep each host's disk as it is now (lab/seed.sh takes one of every seeded
+                   host): orderly shutdown, copy of the overlay's upper dir, boot again
+  reset NAME..     put each host back on its snapshot: power cut, upper dir replaced by a copy
+                   of the snapshot, boot; the lab tests' cheap way back to the seeded state
   restart NAME     power-cycle one running host: kill its container (every process of its
                    cgroup, no orderly shutdown), keep its disk (overlay upper dir) and network
                    namespace, boot it again, wait until sshd answers and systemd reports
@@ -65,6 +74,11 @@ KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 # Each host's definition (name, index, profile, image) next to its disk, written by `up`.
 HOST_RECORD = "host.json"
+# Slot k >= 1 (labctl up --slots): a copy of lab/fleet.json at indexes SLOT_BASE_INDEX + 2k, +2k+1.
+# Indexes in use elsewhere: lab 1-8 (--hosts N), molecule 21-22 and 31-32, tests/bench/scale.py
+# 41-48, the bad-input matrix 51.
+SLOT_BASE_INDEX = 60
+MAX_SLOTS = 16
 
 
 def log(msg: str) -> None:
@@ -104,11 +118,21 @@ def describe(hosts: list[dict], data: dict | None = None) -> list[dict]:
     hosts = [dict(h) for h in hosts]
     for h in hosts:
         prof = data["profiles"][h["profile"]]
+        h.setdefault("alias", h["name"])  # inventory name and hostname (slot hosts: ct129 for s1-ct129)
         h.update(arch_group=prof["arch_group"], gpus=prof["gpus"],
                  addr=f"10.213.{h['index']}.2", gw=f"10.213.{h['index']}.1",
                  netns=f"ddl-{h['name']}", veth_host=f"ddl{h['index']}h", veth_ct=f"ddl{h['index']}c",
                  dir=STATE / "hosts" / h["name"])
     return hosts
+
+
+def slot_fleet(k: int) -> list[dict]:
+    """Slot k's hosts: lab/fleet.json's hosts under machine names s<k>-<name>, own addresses."""
+    if not 1 <= k < MAX_SLOTS:
+        raise SystemExit(f"lab: slot {k} is out of range (1..{MAX_SLOTS - 1})")
+    base = json.loads(FLEET_FILE.read_text())["hosts"]
+    return describe([{"name": f"s{k}-{h['name']}", "alias": h["name"], "profile": h["profile"],
+                      "index": SLOT_BASE_INDEX + len(base) * k + i} for i, h in enumerate(base)])
 
 
 def known_hosts_on_disk() -> list[dict]:
@@ -123,7 +147,8 @@ def known_hosts_on_disk() -> list[dict]:
             out.append(hosts[name])
         elif rec.exists():  # a host of another fleet file (labctl up --fleet): its own record
             try:
-                out.append(describe([{k: json.loads(rec.read_text())[k] for k in ("name", "index", "profile")}])[0])
+                data = json.loads(rec.read_text())
+                out.append(describe([{k: data[k] for k in ("name", "index", "profile", "alias") if k in data}])[0])
             except (ValueError, KeyError):
                 out.append({"name": name, "netns": f"ddl-{name}", "veth_host": None, "dir": STATE / "hosts" / name})
         else:  # unknown name: tear down what we can find by name
@@ -408,7 +433,7 @@ def prepare_root(h: dict, base: Path) -> Path:
     if not os.path.ismount(merged):
         run(["mount", "-t", "overlay", "overlay", "-o",
              f"lowerdir={base},upperdir={d / 'upper'},workdir={d / 'work'}", str(merged)])
-    (merged / "etc/hostname").write_text(h["name"] + "\n")
+    (merged / "etc/hostname").write_text(h["alias"] + "\n")
     mid = merged / "etc/machine-id"
     if not mid.read_text().strip():
         mid.write_text(secrets.token_hex(16) + "\n")
@@ -424,7 +449,7 @@ def prepare_root(h: dict, base: Path) -> Path:
     hosts_file = merged / "etc/hosts"
     text = hosts_file.read_text() if hosts_file.exists() else ""
     if "ddtree-lab-mirror" not in text:
-        hosts_file.write_text(text + f"127.0.1.1\t{h['name']}\n{MIRROR_ADDR}\tddtree-lab-mirror\n")
+        hosts_file.write_text(text + f"127.0.1.1\t{h['alias']}\n{MIRROR_ADDR}\tddtree-lab-mirror\n")
     return merged
 
 
@@ -445,7 +470,7 @@ def boot(h: dict, merged: Path) -> int:
 
     logf = open(h["dir"] / "console.log", "ab")
     cmd = ["systemd-nspawn", "-q", "--register=no", "--keep-unit", "-D", str(merged), "-M", h["name"],
-           f"--hostname={h['name']}", f"--network-namespace-path=/run/netns/{h['netns']}",
+           f"--hostname={h['alias']}", f"--network-namespace-path=/run/netns/{h['netns']}",
            "--resolv-conf=off", "--console=pipe", "-b"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, preexec_fn=into_cgroup)
     (h["dir"] / "nspawn.pid").write_text(str(proc.pid))
@@ -458,6 +483,14 @@ def ssh_cmd(h: dict, *remote: str, timeout: int = 10) -> list[str]:
 
 
 def write_known_hosts(hosts: list[dict]) -> None:
+    """Add (or replace) the hosts' keys; serialised, since fleets boot side by side (tests, molecule)."""
+    import fcntl
+    with open(SSH_DIR / "known_hosts.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _write_known_hosts(hosts)
+
+
+def _write_known_hosts(hosts: list[dict]) -> None:
     lines = []
     if KNOWN_HOSTS.exists():
         mine = {h["addr"] for h in hosts} | {h["name"] for h in hosts}
@@ -465,7 +498,7 @@ def write_known_hosts(hosts: list[dict]) -> None:
     for h in hosts:
         pub = (h["dir"] / "root/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
         lines.append(f"{h['addr']},{h['name']} {pub[0]} {pub[1]}")
-    tmp = KNOWN_HOSTS.with_suffix(".tmp")
+    tmp = KNOWN_HOSTS.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text("\n".join(lines) + "\n")
     tmp.rename(KNOWN_HOSTS)  # atomic: concurrent ssh never sees a half-written file
 
@@ -493,11 +526,16 @@ def wait_ready(h: dict, pid: int, timeout: float = 90) -> float:
     return time.time() - t0
 
 
-def up(n_hosts: int | None, fleet_file: Path | None = None) -> None:
+def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1) -> None:
     if os.geteuid() != 0:
         raise SystemExit("lab: must run as root (network namespaces, mounts, nspawn)")
+    if not 1 <= slots <= MAX_SLOTS:
+        raise SystemExit(f"lab: --slots must be 1..{MAX_SLOTS}, not {slots}")
+    if slots > 1 and fleet_file is not None:
+        raise SystemExit("lab: --slots copies lab/fleet.json; it does not go with --fleet")
     t0 = time.time()
-    hosts = fleet(n_hosts, fleet_file)
+    main_hosts = fleet(n_hosts, fleet_file)
+    hosts = main_hosts + [h for k in range(1, slots) for h in slot_fleet(k)]
     base = build_image()
     ensure_ssh_key()
     start_mirror()
@@ -520,13 +558,61 @@ def up(n_hosts: int | None, fleet_file: Path | None = None) -> None:
         took = wait_ready(h, pid)
         log(f"{h['name']}: systemd running, sshd up ({took:.1f}s)")
     if fleet_file is None:
-        write_inventory_hosts(hosts)
+        write_inventory_hosts(main_hosts)
+        for k in range(1, slots):
+            write_slot(k)
     log(f"lab up: {', '.join(h['name'] for h in hosts)} in {time.time() - t0:.1f}s")
+
+
+def host_entries(hosts: list[dict]) -> list[dict]:
+    """What other tools read of a fleet: name (the inventory name), machine, address, netns, key."""
+    return [{"name": h["alias"], "machine": h["name"], "address": h["addr"], "arch_group": h["arch_group"],
+             "gpus": len(h["gpus"]), "netns": h["netns"], "identity_file": str(KEY),
+             "known_hosts": str(KNOWN_HOSTS)} for h in hosts]
+
+
+def write_slot(k: int) -> Path:
+    """$STATE/slots/<k>/: fleet.json (for labctl --fleet), hosts.json, and an Ansible inventory
+    that names the slot's machines ct129 and ct200, with the lab's group_vars (a symlink, so
+    edits to inventory/lab reach every slot) and the slot's own controller-side output dirs."""
+    hosts = slot_fleet(k)
+    d = STATE / "slots" / str(k)
+    gv = d / "inventory" / "group_vars" / "all"
+    gv.mkdir(parents=True, exist_ok=True)
+    (d / "fleet.json").write_text(json.dumps(
+        {"_comment": f"lab slot {k} (labctl up --slots)",
+         "hosts": [{x: h[x] for x in ("name", "alias", "index", "profile")} for h in hosts]}, indent=2) + "\n")
+    (d / "hosts.json").write_text(json.dumps(host_entries(hosts), indent=2) + "\n")
+    groups: dict[str, list[dict]] = {}
+    for h in hosts:
+        groups.setdefault(h["arch_group"], []).append(h)
+    lines = [f"# lab slot {k}: written by lab/labctl.py up --slots; machines s{k}-*, inventory names as in",
+             "# inventory/lab/hosts.yml.", "sglang_servers:", "  children:"]
+    for group in ("sm86", "sm120", "sm90", "sm100"):
+        members = groups.pop(group, [])
+        lines += [f"    {group}:", "      hosts:" + ("" if members else " {}")]
+        lines += [f"        {h['alias']}:\n          ansible_host: {h['addr']}" for h in members]
+    for group, members in groups.items():
+        lines += [f"    {group}:", "      hosts:"] + [f"        {h['alias']}:\n          ansible_host: {h['addr']}"
+                                                      for h in members]
+    (d / "inventory" / "hosts.yml").write_text("---\n" + "\n".join(lines) + "\n")
+    link = gv / "00-lab.yml"
+    if not link.is_symlink():
+        link.unlink(missing_ok=True)
+        link.symlink_to(REPO / "inventory" / "lab" / "group_vars" / "all.yml")
+    out = REPO / "artifacts" / f"lab-slot{k}"
+    (gv / "10-slot.yml").write_text(
+        f"---\n# Lab slot {k}: controller-side outputs apart from the main lab's artifacts/.\n"
+        f"known_good_artifacts_dir: {out}\n"
+        f"drift_report_dir: \"{out}/{{{{ ddtree_run_kind | default('deploy') }}}}\"\n"
+        f"drift_textfile_dir: {out}/drift\n"
+        f"benchmark_artifacts_dir: {out}/benchmark\n")
+    return d
 
 
 def write_host_record(h: dict, base: Path) -> None:
     """The host's definition and its image, for `restart` (which may not know its fleet file)."""
-    rec = {k: h[k] for k in ("name", "index", "profile") if k in h}
+    rec = {k: h[k] for k in ("name", "alias", "index", "profile") if k in h}
     rec["lowerdir"] = str(base)
     (h["dir"] / HOST_RECORD).write_text(json.dumps(rec, indent=2) + "\n")
 
@@ -541,7 +627,7 @@ def find_host(name: str, fleet_file: Path | None = None) -> dict:
     rec_path = STATE / "hosts" / name / HOST_RECORD
     if rec_path.exists():
         rec = json.loads(rec_path.read_text())
-        h = describe([{k: rec[k] for k in ("name", "index", "profile")}])[0]
+        h = describe([{k: rec[k] for k in ("name", "alias", "index", "profile") if k in rec}])[0]
         h["lowerdir"] = rec.get("lowerdir")
         return h
     hosts = {h["name"]: h for h in fleet(8)}  # ct129, ct200 and the lab03.. hosts of --hosts N
@@ -561,22 +647,29 @@ def overlay_lowerdir(merged: Path) -> str | None:
     return None
 
 
-def restart(name: str, fleet_file: Path | None = None, timeout: float = 90) -> float:
-    """Power-cycle one host: SIGKILL its container, keep its disk and netns, boot, wait ready."""
+def _existing_host(name: str, fleet_file: Path | None) -> dict:
     if os.geteuid() != 0:
         raise SystemExit("lab: must run as root (cgroups, mounts, nspawn)")
     h = find_host(name, fleet_file)
     d: Path = h["dir"]
-    merged = d / "root"
     if not (d / "upper").is_dir():
         raise SystemExit(f"lab: {name} has no disk under {d}; boot it with `labctl up` first")
     if h["netns"] not in netns_list():
         raise SystemExit(f"lab: {name}: network namespace {h['netns']} is gone; boot it with `labctl up`")
-    t0 = time.time()
+    return h
+
+
+def power_off(h: dict, orderly: bool = False) -> int | None:
+    """Stop the host's container; its disk and network namespace stay. orderly=False is a power
+    cut: the nspawn process and everything in the container's cgroup are killed at once."""
+    name = h["name"]
     pid = host_pid(h)
-    # Power off: no SIGTERM, no orderly shutdown. Kill the nspawn process and everything in
-    # the container's cgroup at once, wait until the cgroup is empty and remove it.
-    if pid:
+    if pid and orderly:
+        os.kill(pid, signal.SIGTERM)   # systemd in the container shuts down, then nspawn exits
+        deadline = time.time() + 30
+        while pid_alive(pid, f"-M {name} ") and time.time() < deadline:
+            time.sleep(0.05)
+    if pid and pid_alive(pid, f"-M {name} "):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -591,29 +684,91 @@ def restart(name: str, fleet_file: Path | None = None, timeout: float = 90) -> f
     if pid and pid_alive(pid, f"-M {name} "):
         raise SystemExit(f"lab: {name}: container process {pid} survived SIGKILL")
     shutil.rmtree(Path("/run/systemd/nspawn/propagate") / name, ignore_errors=True)
-    log(f"{name}: powered off (pid {pid or 'none'} killed); disk {d / 'upper'} kept")
-    # The disk: the same overlay (upper dir kept). Remount it on its own image if it is not mounted.
+    return pid
+
+
+def power_on(h: dict, timeout: float) -> int:
+    """Boot the host from its disk (the overlay on its own image, mounted again if needed)."""
+    d: Path = h["dir"]
+    merged = d / "root"
     if not os.path.ismount(merged):
         lower = h.get("lowerdir") or str(image_dir() / "rootfs")
         if not Path(lower).is_dir():
-            raise SystemExit(f"lab: {name}: its base image {lower} is gone; cannot boot the same disk")
+            raise SystemExit(f"lab: {h['name']}: its base image {lower} is gone; cannot boot the same disk")
         (d / "work").mkdir(exist_ok=True)
         run(["mount", "-t", "overlay", "overlay", "-o",
              f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}", str(merged)])
-    new_pid = boot(h, merged)
-    log(f"{name}: booting again (pid {new_pid})")
-    wait_ready(h, new_pid, timeout=timeout)
+    pid = boot(h, merged)
+    log(f"{h['name']}: booting again (pid {pid})")
+    wait_ready(h, pid, timeout=timeout)
+    log(f"{h['name']}: systemd running, sshd up")
+    return pid
+
+
+def restart(name: str, fleet_file: Path | None = None, timeout: float = 90) -> float:
+    """Power-cycle one host: SIGKILL its container, keep its disk and netns, boot, wait ready."""
+    h = _existing_host(name, fleet_file)
+    t0 = time.time()
+    pid = power_off(h)
+    log(f"{name}: powered off (pid {pid or 'none'} killed); disk {h['dir'] / 'upper'} kept")
+    power_on(h, timeout)
     took = time.time() - t0
-    log(f"{name}: systemd running, sshd up")
     print(f"{name}: restarted in {took:.1f}s", flush=True)
+    return took
+
+
+def _unmount(merged: Path) -> None:
+    for _ in range(20):
+        if not os.path.ismount(merged):
+            return
+        if run(["umount", str(merged)], check=False, capture=True).returncode != 0:
+            time.sleep(0.2)
+    if os.path.ismount(merged):
+        raise SystemExit(f"lab: could not unmount {merged}")
+
+
+def snapshot(name: str, fleet_file: Path | None = None, timeout: float = 90) -> float:
+    """Keep the host's disk as it is now (after `make lab-up` seeded it) for `reset`: an orderly
+    shutdown, a copy of the overlay's upper directory to snapshot/, boot again."""
+    h = _existing_host(name, fleet_file)
+    d: Path = h["dir"]
+    t0 = time.time()
+    power_off(h, orderly=True)
+    _unmount(d / "root")
+    tmp = d / "snapshot.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    run(["cp", "-a", str(d / "upper"), str(tmp)])
+    shutil.rmtree(d / "snapshot", ignore_errors=True)
+    tmp.rename(d / "snapshot")
+    power_on(h, timeout)
+    took = time.time() - t0
+    print(f"{name}: snapshot taken in {took:.1f}s", flush=True)
+    return took
+
+
+def reset(name: str, fleet_file: Path | None = None, timeout: float = 90) -> float:
+    """Put the host back on its snapshot: power cut, the upper directory replaced by a copy of
+    the snapshot, boot (its services start as they did when the snapshot was taken)."""
+    h = _existing_host(name, fleet_file)
+    d: Path = h["dir"]
+    if not (d / "snapshot").is_dir():
+        raise SystemExit(f"lab: {name} has no snapshot; take one with `labctl snapshot {name}`")
+    t0 = time.time()
+    power_off(h)
+    _unmount(d / "root")
+    for sub in ("upper", "work"):
+        shutil.rmtree(d / sub, ignore_errors=True)
+    run(["cp", "-a", str(d / "snapshot"), str(d / "upper")])
+    (d / "work").mkdir()
+    power_on(h, timeout)
+    took = time.time() - t0
+    print(f"{name}: reset to its snapshot in {took:.1f}s", flush=True)
     return took
 
 
 def write_inventory_hosts(hosts: list[dict]) -> None:
     """Facts other tools read: the lab's hosts, addresses and key (not the Ansible inventory)."""
-    (STATE / "hosts.json").write_text(json.dumps(
-        [{"name": h["name"], "address": h["addr"], "arch_group": h["arch_group"], "gpus": len(h["gpus"]),
-          "identity_file": str(KEY), "known_hosts": str(KNOWN_HOSTS)} for h in hosts], indent=2) + "\n")
+    (STATE / "hosts.json").write_text(json.dumps(host_entries(hosts), indent=2) + "\n")
 
 
 def kill_cgroup(cg: Path) -> None:
@@ -695,6 +850,7 @@ def down(fleet_file: Path | None = None) -> None:
         teardown_host(h, quiet=not h["dir"].exists() and h["netns"] not in netns_list())
     stop_mirror()
     (STATE / "hosts.json").unlink(missing_ok=True)
+    shutil.rmtree(STATE / "slots", ignore_errors=True)
     leftovers = leftover_report()
     if leftovers:
         raise SystemExit("lab: down left things behind:\n  " + "\n  ".join(leftovers))
@@ -711,9 +867,9 @@ def leftover_report() -> list[str]:
     for base in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup")):
         if base.is_dir():
             left += [f"cgroup {p}" for p in base.glob("ddtree-lab-*")]
+    # Any container of ours: its root is under $STATE/hosts/ (the main lab, slots, other fleets).
     out = run(["pgrep", "-af", "systemd-nspawn .*--register=no"], capture=True, check=False).stdout or ""
-    left += [f"process {line}" for line in out.splitlines() if " -M " in line and "ddtree-lab" not in line
-             and any(f"-M {n} " in line for n in [h["name"] for h in fleet(8)])]
+    left += [f"process {line}" for line in out.splitlines() if f"-D {STATE / 'hosts'}/" in line]
     pid = read_pid(mirror_pidfile())
     if pid and pid_alive(pid, "ddtree-lab-mirror"):
         left.append(f"mirror process {pid}")
@@ -745,6 +901,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--hosts", type=int, default=None, help="number of hosts (default: lab/fleet.json)")
     p_up.add_argument("--fleet", type=Path, default=None,
                       help="another fleet file (same profiles), e.g. a molecule scenario's own hosts")
+    p_up.add_argument("--slots", type=int, default=1,
+                      help="also boot slots 1..K-1: copies of lab/fleet.json for parallel test workers "
+                           "(inventories under $DDTREE_LAB_STATE/slots/<k>/)")
     p_down = sub.add_parser("down")
     p_down.add_argument("--fleet", type=Path, default=None, help="tear down only this fleet file's hosts")
     p_restart = sub.add_parser("restart", help="power-cycle one host (its disk survives)")
@@ -753,6 +912,12 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the fleet file the host was booted from (default: found by name)")
     p_restart.add_argument("--timeout", type=float, default=90,
                            help="seconds to wait for sshd and systemd after the boot (default 90)")
+    for cmd, what in (("snapshot", "keep one host's disk as it is now (orderly shutdown, copy, boot)"),
+                      ("reset", "put one host back on its snapshot (power cut, disk replaced, boot)")):
+        p = sub.add_parser(cmd, help=what)
+        p.add_argument("names", nargs="+", metavar="name", help="host (machine) names, e.g. ct129 or s1-ct129")
+        p.add_argument("--fleet", type=Path, default=None, help="the fleet file the host was booted from")
+        p.add_argument("--timeout", type=float, default=90, help="seconds to wait after the boot (default 90)")
     sub.add_parser("status")
     sub.add_parser("mirror")
     return ap
@@ -765,11 +930,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "image":
         build_image()
     elif args.cmd == "up":
-        up(args.hosts, args.fleet)
+        up(args.hosts, args.fleet, args.slots)
     elif args.cmd == "down":
         down(args.fleet)
     elif args.cmd == "restart":
         restart(args.name, args.fleet, args.timeout)
+    elif args.cmd in ("snapshot", "reset"):
+        for name in args.names:
+            (snapshot if args.cmd == "snapshot" else reset)(name, args.fleet, args.timeout)
     elif args.cmd == "status":
         status()
     elif args.cmd == "mirror":

@@ -1,34 +1,64 @@
 #!/usr/bin/env bash
-# Every test, in the order a failure is cheapest to find: unit, lint, lab integration, molecule.
-# Called by `make test` (after the venv and apt packages are in place); brings the lab up and
-# always takes it down again.
+# Every test, in the order a failure is cheapest to find: unit, lint, lab integration (with the
+# molecule scenarios), run side by side on lab slots. Called by `make test` (after the venv and apt
+# packages are in place) and, with the argument `lab`, by `make test-lab` (lab stages only).
+# Brings the lab up and always takes it down again, then prints the timing table
+# (tests/times_report.py -> artifacts/test-times.md) whatever happened.
+#
+#   DDTREE_LAB_SLOTS   lab slots = xdist workers for the lab stage (default 3: the lab tests mostly
+#                      wait on services, timers and SSH, so three overlap well on two cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
-PY=.venv/bin/python
+SLOTS=${DDTREE_LAB_SLOTS:-3}
+ONLY=${1:-all}
+TIMES=artifacts/times
+rm -rf "$TIMES" artifacts/logs
+mkdir -p "$TIMES" artifacts/logs
 t0=$(date +%s)
-stage() { printf '\n=== %s (%ss)\n' "$1" "$(( $(date +%s) - t0 ))"; }
 
-stage "unit tests"
-pytest -q tests/unit
+# run_stage KEY NAME CMD...: run one stage, record its start, end and exit status for the table.
+run_stage() {
+  local key=$1 name=$2 start rc=0
+  shift 2
+  printf '\n=== %s (%ss)\n' "$name" "$(( $(date +%s) - t0 ))"
+  start=$(date +%s.%N)
+  "$@" || rc=$?
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$key" "$start" "$(date +%s.%N)" "$rc" >> "$TIMES/stages.tsv"
+  return "$rc"
+}
 
-stage "lint"
-make --no-print-directory lint
+lab_down() {
+  run_stage lab-down "lab down (must leave no process, mount, netns, veth or cgroup behind)" \
+    python3 lab/labctl.py down
+}
 
-stage "lab up + seed (known-good NEXTN on every host)"
-trap 'stage "lab down"; python3 lab/labctl.py down || true' EXIT
-make --no-print-directory lab-up
+finish() {
+  local rc=$?
+  trap - EXIT
+  if [ -n "${LAB_STARTED:-}" ]; then lab_down || rc=$?; fi
+  printf '\n=== timing table (%ss)\n' "$(( $(date +%s) - t0 ))"
+  python3 tests/times_report.py || true
+  printf '\n=== done: exit %s after %ss\n' "$rc" "$(( $(date +%s) - t0 ))"
+  exit "$rc"
+}
+trap finish EXIT
 
-stage "lab integration tests"
-pytest -q -p no:cacheprovider tests/integration
+if [ "$ONLY" = all ]; then
+  run_stage unit "unit tests" pytest -q -n "${UNIT_WORKERS:-4}" tests/unit --times-json "$TIMES/unit.json"
+  run_stage lint "lint" make --no-print-directory lint
+fi
 
-stage "molecule"
-for scenario in default deploy; do
-  (cd molecule/.. && molecule test -s "$scenario")
-done
+LAB_STARTED=1
+run_stage lab-up "lab up + seed ($SLOTS lab slots of ct129 + ct200, known-good NEXTN on every host)" \
+  make --no-print-directory lab-up SLOTS="$SLOTS"
 
-stage "lab down (must leave no process, mount, netns, veth or cgroup behind)"
-trap - EXIT
-python3 lab/labctl.py down
+# One xdist worker per lab slot; groups and their order: tests/integration/conftest.py. Each
+# failure is reported with its own output; each playbook run is also logged on its own under
+# artifacts/logs/slot<k>/<test>/.
+run_stage integration "lab integration + molecule ($SLOTS workers side by side)" \
+  pytest -q -p no:cacheprovider -n "$SLOTS" --dist loadgroup --no-loadscope-reorder tests/integration \
+    --times-json "$TIMES/integration.json"
 
-stage "done"
+LAB_STARTED=
+lab_down

@@ -13,10 +13,14 @@ means no faults) mapping a URL path to a fault:
   corrupt  send the full length with altered bytes (the sha256 in the manifest no longer matches)
 
 "times" is how many responses get the fault (-1 or absent: every one); it is counted per version
-of the faults file, so rewriting the file re-arms it.
+of the faults file, so rewriting the file re-arms it. "client" (optional) limits the fault to
+requests from one address, so tests that run side by side (one lab slot each) fault only their
+own host's downloads. Besides --faults, every *.json file in --faults-dir is a table of the same
+form (one file per test worker: no two writers share a file).
 """
 import argparse
 import functools
+import glob
 import http.server
 import json
 import os
@@ -25,33 +29,45 @@ import threading
 
 
 class Faults:
-    """The --faults file and how many times each fault has fired for its current version."""
+    """The fault tables (--faults, --faults-dir/*.json) and how many times each fault has fired
+    for its table's current version."""
 
-    def __init__(self, path):
+    def __init__(self, path, directory=None):
         self.path = path
+        self.directory = directory
         self.lock = threading.Lock()
         self.fired = {}
 
-    def take(self, url_path):
-        """The fault mode to apply to this response, or None."""
-        if not self.path:
-            return None
-        try:
-            version = os.stat(self.path).st_mtime_ns
-            with open(self.path) as fh:
-                table = json.load(fh)
-        except (OSError, ValueError):
-            return None
-        fault = table.get(url_path)
-        if not isinstance(fault, dict) or fault.get("mode") not in ("cut", "corrupt"):
-            return None
-        times = int(fault.get("times", -1))
-        with self.lock:
-            key = (version, url_path)
-            if 0 <= times <= self.fired.get(key, 0):
-                return None
-            self.fired[key] = self.fired.get(key, 0) + 1
-        return fault["mode"]
+    def tables(self):
+        paths = [self.path] if self.path else []
+        if self.directory:
+            paths += sorted(glob.glob(os.path.join(self.directory, "*.json")))
+        for path in paths:
+            try:
+                version = os.stat(path).st_mtime_ns
+                with open(path) as fh:
+                    table = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            if isinstance(table, dict):
+                yield path, version, table
+
+    def take(self, url_path, client=None):
+        """The fault mode to apply to this response (to a request from client), or None."""
+        for path, version, table in self.tables():
+            fault = table.get(url_path)
+            if not isinstance(fault, dict) or fault.get("mode") not in ("cut", "corrupt"):
+                continue
+            if fault.get("client") not in (None, client):
+                continue
+            times = int(fault.get("times", -1))
+            with self.lock:
+                key = (path, version, url_path)
+                if 0 <= times <= self.fired.get(key, 0):
+                    continue
+                self.fired[key] = self.fired.get(key, 0) + 1
+            return fault["mode"]
+        return None
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
@@ -63,7 +79,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
     def do_GET(self):
         path = self.translate_path(self.path)
-        mode = self.faults.take(self.path.split("?", 1)[0]) if self.faults and os.path.isfile(path) else None
+        mode = (self.faults.take(self.path.split("?", 1)[0], self.client_address[0])
+                if self.faults and os.path.isfile(path) else None)
         if mode is None:
             return super().do_GET()
         with open(path, "rb") as fh:
@@ -130,8 +147,11 @@ def main():
     ap.add_argument("--faults", default=os.path.join(os.environ.get("DDTREE_LAB_STATE", "/var/lib/ddtree-lab"),
                                                      "mirror-faults.json"),
                     help="JSON fault table for tests (see the module docstring)")
+    ap.add_argument("--faults-dir", default=os.path.join(os.environ.get("DDTREE_LAB_STATE", "/var/lib/ddtree-lab"),
+                                                         "mirror-faults.d"),
+                    help="directory of further fault tables, one *.json per writer")
     args = ap.parse_args()
-    handler = functools.partial(Handler, directory=args.root, faults=Faults(args.faults))
+    handler = functools.partial(Handler, directory=args.root, faults=Faults(args.faults, args.faults_dir))
     http.server.ThreadingHTTPServer.allow_reuse_address = True
     with http.server.ThreadingHTTPServer((args.bind, args.port), handler) as srv:
         srv.serve_forever()

@@ -1,5 +1,9 @@
 """Lab integration tests: the real playbooks against the systemd-nspawn lab (ct129, ct200).
 
+Side by side: with pytest-xdist (tests/run_all.sh runs them after ``labctl up --slots K``) worker
+gw<k> owns lab slot k, its own ct129 + ct200 (labkit.py); how tests are grouped and ordered
+across the workers is in tests/integration/conftest.py.
+
 Every test here carries the ``lab`` marker. Without a running lab (``make lab-up``) they are
 skipped with the reason; with CI=true a missing lab is an error instead, because tests/run_all.sh
 brings the lab up and seeds it first. Each test module leaves both hosts in the seeded state
@@ -37,18 +41,24 @@ FAULT_ROWS: dict[str, dict] = {}
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """Carry the case name on the report (user_properties travel from an xdist worker to the
+    controller, where pytest_runtest_logreport builds the table)."""
     outcome = yield
-    report = outcome.get_result()
     marker = item.get_closest_marker("fault_case")
-    if marker is None:
+    if marker is not None:
+        outcome.get_result().user_properties.append(("fault_case", marker.args[0]))
+
+
+def pytest_runtest_logreport(report):
+    props = dict(report.user_properties)
+    name = props.get("fault_case")
+    if name is None:
         return
-    name = marker.args[0]
     row = FAULT_ROWS.setdefault(name, {"case": name, "result": "not run", "seconds": 0.0, "end_state": ""})
     row["seconds"] += report.duration
     if report.when == "call" or report.failed or report.skipped:
         if row["result"] in ("not run", "pass") or report.failed:
             row["result"] = "PASS" if report.passed else ("SKIP" if report.skipped else "FAIL")
-        props = dict(item.user_properties)
         row["end_state"] = str(props.get("end_state", "")) if report.passed else (
             report.longreprtext.strip().splitlines()[-1][:160] if report.longreprtext else "")
 
@@ -99,8 +109,8 @@ def _lab_unavailable() -> str | None:
             return f"{name} ({hosts[name]['address']}) did not answer ssh within 20s: the lab is not up"
         if res.returncode != 0:
             return f"{name} ({hosts[name]['address']}) is unreachable over ssh: {res.stderr.strip()[:200]}"
-        if subprocess.run(["ip", "netns", "pids", f"ddl-{name}"], capture_output=True).returncode != 0:
-            return f"network namespace ddl-{name} is missing"
+        if subprocess.run(["ip", "netns", "pids", labkit.netns(name)], capture_output=True).returncode != 0:
+            return f"network namespace {labkit.netns(name)} is missing"
     return None
 
 

@@ -1,7 +1,14 @@
 """Helpers for the lab integration tests: ssh into lab hosts, run the playbooks, snapshot hosts.
 
 Everything here talks to the real lab that ``lab/labctl.py up`` boots (systemd-nspawn hosts
-reached over ssh, each with its own network namespace ``ddl-<name>``).
+reached over ssh, each with its own network namespace).
+
+Lab slots: ``labctl up --slots K`` boots K copies of the lab (ct129 + ct200), one per pytest-xdist
+worker, so lab tests run side by side. Worker ``gw<k>`` (or ``DDTREE_LAB_SLOT=k``) uses slot k:
+slot 0 is the main lab (inventory/lab, artifacts/), slot k >= 1 the machines s<k>-ct129 and
+s<k>-ct200 under the inventory names ct129 and ct200, with their own inventory
+($DDTREE_LAB_STATE/slots/<k>/inventory), fact cache and artifacts/lab-slot<k>/. Tests name hosts
+by inventory name; everything here maps that name to the slot's machine, address and netns.
 """
 
 from __future__ import annotations
@@ -18,9 +25,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 VENV_BIN = REPO / ".venv" / "bin"
 LAB_STATE = Path(os.environ.get("DDTREE_LAB_STATE", "/var/lib/ddtree-lab"))
-HOSTS_JSON = LAB_STATE / "hosts.json"
-ARTIFACTS = REPO / "artifacts"
-TIMINGS = ARTIFACTS / "timings.txt"
+
+
+def lab_slot() -> int:
+    """This process's lab slot: $DDTREE_LAB_SLOT, else the xdist worker number (gw3 -> 3), else 0."""
+    if os.environ.get("DDTREE_LAB_SLOT"):
+        return int(os.environ["DDTREE_LAB_SLOT"])
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+SLOT = lab_slot()
+SLOT_DIR = LAB_STATE / "slots" / str(SLOT)
+HOSTS_JSON = SLOT_DIR / "hosts.json" if SLOT else LAB_STATE / "hosts.json"
+INVENTORY = SLOT_DIR / "inventory" if SLOT else REPO / "inventory" / "lab"
+FLEET_FILE = SLOT_DIR / "fleet.json" if SLOT else None  # for labctl up/down/restart --fleet
+ARTIFACTS = REPO / "artifacts" / f"lab-slot{SLOT}" if SLOT else REPO / "artifacts"
+TIMINGS = REPO / "artifacts" / "timings.txt"
+LOGS = REPO / "artifacts" / "logs"
 STATE_DIR = "/var/lib/ddtree-fleet"
 UNIT = "/etc/systemd/system/sglang.service"
 ENV_FILE = "/etc/sglang/sglang.env"
@@ -30,8 +52,26 @@ KNOWN_GOOD_ALGORITHM = "NEXTN"
 
 
 def lab_hosts() -> dict[str, dict]:
-    """name -> entry of /var/lib/ddtree-lab/hosts.json (address, identity_file, known_hosts)."""
+    """inventory name -> entry of the slot's hosts.json (machine, address, netns, identity_file,
+    known_hosts)."""
     return {h["name"]: h for h in json.loads(HOSTS_JSON.read_text())}
+
+
+def machine(host: str) -> str:
+    """The lab machine behind an inventory name (labctl restart takes it): ct129 or s2-ct129."""
+    return lab_hosts()[host].get("machine", host)
+
+
+def netns(host: str) -> str:
+    return lab_hosts()[host].get("netns", f"ddl-{host}")
+
+
+def labctl_argv(*args: str) -> list[str]:
+    """lab/labctl.py for this slot's hosts (`up`/`status` of the slot's fleet file when k >= 1)."""
+    argv = [str(VENV_BIN / "python"), str(REPO / "lab" / "labctl.py"), *args]
+    if FLEET_FILE is not None and args and args[0] in ("up", "down", "restart"):
+        argv += ["--fleet", str(FLEET_FILE)]
+    return argv
 
 
 def ssh_argv(host: str, command: str, connect_timeout: int = 10) -> list[str]:
@@ -53,6 +93,9 @@ def ansible_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     for secret in ("SGLANG_API_KEY", "HF_TOKEN"):   # the lab reads them (inventory/lab); tests set them
         env.pop(secret, None)
     env.update(extra or {})
+    if SLOT:  # the slot's own inventory (same host names) and fact cache
+        env.setdefault("ANSIBLE_INVENTORY", str(INVENTORY))
+        env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(REPO / ".ansible" / f"facts-slot{SLOT}"))
     env.update({
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_HOME": str(REPO / ".ansible"),
@@ -90,20 +133,40 @@ class Run:
         return f"{' '.join(map(shlex.quote, self.argv))} -> rc {self.rc} in {self.seconds:.1f}s\n{self.tail()}"
 
 
+_LOG_SEQ = [0]
+
+
+def run_log(argv: list[str]) -> Path:
+    """A new log file for one command of the current test: one directory per test under
+    artifacts/logs/<slot>/ (tests of different workers never share a file)."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "outside-a-test").rsplit(" (", 1)[0]
+    test_dir = re.sub(r"[^A-Za-z0-9_.=-]+", "_", current.split("/")[-1])[:150]
+    _LOG_SEQ[0] += 1
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(argv[1] if len(argv) > 1 else argv[0]).name)
+    path = LOGS / f"slot{SLOT}" / test_dir / f"{_LOG_SEQ[0]:03d}-{name}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def run_playbook(playbook: str, *args: str, timeout: float = 900, env: dict[str, str] | None = None) -> Run:
-    """ansible-playbook from the repository root; every output line is timestamped as it arrives."""
+    """ansible-playbook from the repository root; every output line is timestamped as it arrives
+    and written to the test's own log (run_log)."""
     argv = [str(VENV_BIN / "ansible-playbook"), playbook, *args]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=REPO, env=ansible_env(env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines: list[tuple[float, str]] = []
     assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append((time.monotonic() - t0, line.rstrip("\n")))
-        if time.monotonic() - t0 > timeout:
-            proc.kill()
-            break
-    rc = proc.wait(timeout=60)
+    with run_log(argv).open("w") as log:
+        log.write(" ".join(map(shlex.quote, argv)) + "\n")
+        for line in proc.stdout:
+            lines.append((time.monotonic() - t0, line.rstrip("\n")))
+            log.write(line)
+            if time.monotonic() - t0 > timeout:
+                proc.kill()
+                break
+        rc = proc.wait(timeout=60)
+        log.write(f"# rc {rc} after {time.monotonic() - t0:.1f}s\n")
     return Run(argv, rc, "\n".join(line for _, line in lines), time.monotonic() - t0, lines)
 
 
@@ -117,13 +180,18 @@ class Background:
         self.proc = subprocess.Popen(self.argv, cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1)
         self.lines: list[tuple[float, str]] = []
+        self.log = run_log(self.argv)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic() - self.t0, line.rstrip("\n")))
+        with self.log.open("w") as log:
+            log.write(" ".join(map(shlex.quote, self.argv)) + "\n")
+            for line in self.proc.stdout:
+                self.lines.append((time.monotonic() - self.t0, line.rstrip("\n")))
+                log.write(line)
+                log.flush()
 
     def saw(self, pattern: str) -> bool:
         rx = re.compile(pattern)
@@ -245,24 +313,62 @@ def reseed() -> Run:
     return run_playbook("playbooks/lab_seed.yml")
 
 
+def has_snapshot(host: str) -> bool:
+    """lab/seed.sh kept a snapshot of the host's disk right after seeding it (labctl snapshot)."""
+    return (LAB_STATE / "hosts" / machine(host) / "snapshot").is_dir()
+
+
+def reset_to_snapshot(hosts: list[str]) -> None:
+    """labctl reset: the hosts' disks back to their seeded snapshot, booted, the known-good
+    service answering /health (a few seconds, where lab_seed.yml redeploys for about a minute)."""
+    res = subprocess.run(labctl_argv("reset", *map(machine, hosts)), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, f"labctl reset {hosts} exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
+    health = f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 5 {SERVICE_URL}/health || true"
+    for h in hosts:
+        wait_until(lambda: ssh(h, health).stdout.strip() == "200", 120, what=f"{h}'s known-good service healthy")
+
+
+def restore_seeded(hosts: list[str], reason: str) -> None:
+    """Put the hosts back on the seeded state even where it looks seeded (a known-good that is
+    NEXTN with other settings): reset to the snapshots, else lab_seed.yml."""
+    print(f"\n[lab] back to the seeded state: {hosts} ({reason})")
+    if all(has_snapshot(h) for h in hosts):
+        reset_to_snapshot(hosts)
+    else:
+        res = reseed()
+        assert res.rc == 0, f"reseed failed:\n{res}"
+    left = {h: seeded_problems(h) for h in hosts}
+    assert not any(left.values()), f"not seeded after the reset: {left}"
+
+
 def ensure_seeded(reason: str) -> None:
-    """Clear quarantine records and reseed when a host is not in the seeded state."""
+    """Clear quarantine records and bring every host that is not in the seeded state back to it:
+    reset to its seeded snapshot where there is one, else (or if that did not do it) lab_seed.yml."""
     problems = {h: seeded_problems(h) for h in LAB_HOSTS}
     for h in LAB_HOSTS:
         clear_quarantine(h)
-    if any(p for h, p in problems.items() if any(not x.startswith("quarantine") for x in p)):
-        print(f"\n[lab] reseeding ({reason}): {problems}")
-        res = reseed()
-        assert res.rc == 0, f"reseed failed:\n{res}"
+    broken = [h for h, p in problems.items() if any(not x.startswith("quarantine") for x in p)]
+    if not broken:
+        return
+    if all(has_snapshot(h) for h in broken):
+        print(f"\n[lab] resetting {broken} to their seeded snapshots ({reason}): {problems}")
+        reset_to_snapshot(broken)
         left = {h: seeded_problems(h) for h in LAB_HOSTS}
-        assert not any(left.values()), f"still not seeded after lab_seed.yml: {left}"
+        if not any(left.values()):
+            return
+        problems = left
+    print(f"\n[lab] reseeding ({reason}): {problems}")
+    res = reseed()
+    assert res.rc == 0, f"reseed failed:\n{res}"
+    left = {h: seeded_problems(h) for h in LAB_HOSTS}
+    assert not any(left.values()), f"still not seeded after lab_seed.yml: {left}"
 
 
 # ------------------------------------------------------------------ probe and evidence
 
 def probe(host: str, timeout: float = 300) -> tuple[int, dict | None, str]:
     """bin/ddtree-probe against the host's service, from inside its network namespace."""
-    argv = ["ip", "netns", "exec", f"ddl-{host}", str(VENV_BIN / "python"), str(REPO / "bin" / "ddtree-probe"),
+    argv = ["ip", "netns", "exec", netns(host), str(VENV_BIN / "python"), str(REPO / "bin" / "ddtree-probe"),
             "probe", "--url", SERVICE_URL]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     try:
@@ -292,7 +398,8 @@ def record_timing(label: str, **values: float | str) -> str:
     """Print a timing line (pytest -s) and append it to artifacts/timings.txt."""
     parts = " ".join(f"{k}={v:.2f}s" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {label}: {parts}"
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+    line = f"{line} (lab slot {SLOT})" if SLOT else line
     with TIMINGS.open("a") as fh:
         fh.write(line + "\n")
     print(f"\n[timing] {line}")

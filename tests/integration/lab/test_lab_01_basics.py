@@ -64,20 +64,21 @@ def test_host_reaches_the_lab_mirror(lab, host):
 
 def test_labctl_up_is_idempotent(lab):
     def status():
-        out = subprocess.run([str(labkit.VENV_BIN / "python"), "lab/labctl.py", "status"], cwd=labkit.REPO,
+        out = subprocess.run(labkit.labctl_argv("status"), cwd=labkit.REPO,
                              capture_output=True, text=True, timeout=60, check=True).stdout
         return {h["name"]: h for h in json.loads(out)["hosts"]}
 
     before = status()
     services = {h: labkit.service(h) for h in labkit.LAB_HOSTS}
-    res = subprocess.run([str(labkit.VENV_BIN / "python"), "lab/labctl.py", "up"], cwd=labkit.REPO,
+    res = subprocess.run(labkit.labctl_argv("up"), cwd=labkit.REPO,   # this worker's lab slot
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     after = status()
     for host in labkit.LAB_HOSTS:
-        assert before[host]["running"] and after[host]["running"], (before, after)
-        assert after[host]["pid"] == before[host]["pid"], f"{host} was rebooted: {before[host]} -> {after[host]}"
-        assert f"{host}: already running (pid {before[host]['pid']})" in res.stdout, res.stdout
+        m = labkit.machine(host)   # ct129, or s<k>-ct129 in lab slot k
+        assert before[m]["running"] and after[m]["running"], (before, after)
+        assert after[m]["pid"] == before[m]["pid"], f"{m} was rebooted: {before[m]} -> {after[m]}"
+        assert f"{m}: already running (pid {before[m]['pid']})" in res.stdout, res.stdout
         # The service inside was left alone as well.
         now = labkit.service(host)
         assert (now["MainPID"], now["ActiveEnterTimestamp"]) == (

@@ -52,7 +52,7 @@ def test_preflight_failure_leaves_ct129_unchanged(lab, case):
 
 def test_wrong_architecture_group_leaves_ct129_unchanged(lab, tmp_path):
     """ct129 (2x A6000, sm86) filed under sm120 in a copy of the lab inventory."""
-    src = labkit.REPO / "inventory" / "lab"
+    src = labkit.INVENTORY   # inventory/lab, or this worker's lab slot's copy of it
     inv = tmp_path / "inventory"
     inv.mkdir()
     shutil.copytree(src / "group_vars", inv / "group_vars")

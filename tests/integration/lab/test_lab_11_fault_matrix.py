@@ -7,8 +7,9 @@ end of the session and written to artifacts/fault-matrix.md (tests/integration/l
 
 Service faults are injected into the candidate only: /etc/ddtree-lab/faults.env with
 DDTREE_LAB_FAULT_ONLY=DDTREE (docs/lab-physics.md), on ct200 where DDTREE passes when healthy, so
-each failure is the injected one. Weights faults go through the lab mirror's fault table
-(lab/mirror/serve.py); connectivity faults cut the host's veth, interrupt the controller, or
+each failure is the injected one. Weights faults go through the lab mirror's fault tables
+(lab/mirror/serve.py), one file per lab slot, scoped to the slot's own host address, so cases
+that run side by side on other slots download unharmed; connectivity faults cut the host's veth, interrupt the controller, or
 power-cycle the container (lab/labctl.py restart).
 """
 
@@ -19,7 +20,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import time
 
 import labkit
@@ -30,7 +30,7 @@ FAULTS_ENV = "/etc/ddtree-lab/faults.env"
 DRAFT_ROOT = "/opt/sglang/models/z-lab--Qwen3.6-27B-DFlash"
 DRAFT_REV = "d39dc817302d4258a2161e9c3e5465a2ed620951"
 DRAFT_FILE_URL = f"/models/z-lab/Qwen3.6-27B-DFlash/{DRAFT_REV}/model.safetensors"
-MIRROR_FAULTS = labkit.LAB_STATE / "mirror-faults.json"
+MIRROR_FAULTS = labkit.LAB_STATE / "mirror-faults.d" / f"slot{labkit.SLOT}.json"
 MIRROR_LOG = labkit.LAB_STATE / "mirror.log"
 WATCHDOG = ["-e", "known_good_watchdog_seconds=20"]
 FAILED_CHANGE = "the DDTREE change failed"
@@ -51,14 +51,19 @@ def set_mirror_fault(mode: str | None, times: int = -1) -> None:
     if mode is None:
         MIRROR_FAULTS.unlink(missing_ok=True)
         return
+    MIRROR_FAULTS.parent.mkdir(parents=True, exist_ok=True)
+    client = labkit.lab_hosts()[HOST]["address"]   # only this slot's host sees the fault
     tmp = MIRROR_FAULTS.with_suffix(".tmp")
-    tmp.write_text(json.dumps({DRAFT_FILE_URL: {"mode": mode, "times": times}}))
+    tmp.write_text(json.dumps({DRAFT_FILE_URL: {"mode": mode, "times": times, "client": client}}))
     tmp.replace(MIRROR_FAULTS)
 
 
 def mirror_fault_hits(mode: str) -> int:
+    """Faulted responses the mirror logged for this slot's host (its log line starts with the client)."""
     text = MIRROR_LOG.read_text(errors="replace") if MIRROR_LOG.exists() else ""
-    return text.count(f"lab fault {mode} on {DRAFT_FILE_URL}")
+    client = labkit.lab_hosts()[HOST]["address"]
+    return sum(1 for line in text.splitlines()
+               if line.startswith(f"{client} ") and f"lab fault {mode} on {DRAFT_FILE_URL}" in line)
 
 
 def flat(run: labkit.Run) -> str:
@@ -323,8 +328,7 @@ def test_controller_interrupt_mid_change_restores_known_good(ready):
 @pytest.mark.fault_case("host reboots during the change")
 def test_reboot_mid_change_restores_known_good_at_boot(ready):
     def reboot(bg):
-        subprocess.run([sys.executable, str(labkit.REPO / "lab" / "labctl.py"), "restart", HOST],
-                       check=True, timeout=180)
+        subprocess.run(labkit.labctl_argv("restart", labkit.machine(HOST)), check=True, timeout=180)
     run, took, state, evidence, trigger = _lose_host_mid_change(reboot)
     assert run.rc == 4 and "UNREACHABLE" in run.out, str(run)
     assert trigger == "boot", "the boot-time guard should have restored known-good"

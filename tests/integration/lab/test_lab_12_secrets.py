@@ -50,8 +50,7 @@ def runs(lab):
     finally:
         labkit.ssh(HOST, f"rm -f {FAULTS_ENV}")
         labkit.clear_quarantine(HOST)
-        res = labkit.reseed()   # back to the seeded NEXTN without a key
-        assert res.rc == 0, str(res)
+        labkit.restore_seeded([HOST], "secrets: back to the seeded NEXTN without a key")
 
 
 def test_the_scenario_ran_as_expected(runs):
@@ -73,7 +72,7 @@ def test_the_service_requires_the_key_and_the_probe_sends_it(runs):
              "    except urllib.error.HTTPError as e:\n"
              "        return e.code\n"
              "print(get({}), get({'Authorization': 'Bearer ' + sys.stdin.read().strip()}))\n")
-    res = subprocess.run(["ip", "netns", "exec", f"ddl-{HOST}", "python3", "-c", probe], input=KEY,
+    res = subprocess.run(["ip", "netns", "exec", labkit.netns(HOST), "python3", "-c", probe], input=KEY,
                          capture_output=True, text=True, timeout=30)
     assert res.stdout.split() == ["401", "200"], (res.stdout, res.stderr)
     # The gate of the promoted run probed the keyed service and passed: it sent the key.

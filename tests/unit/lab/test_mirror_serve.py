@@ -26,9 +26,10 @@ def mirror(tmp_path):
     (root / "models/org/m/rev").mkdir(parents=True)
     (root / "models/org/m/rev/model.safetensors").write_bytes(BODY)
     faults = tmp_path / "faults.json"
+    (tmp_path / "faults.d").mkdir()
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(SERVE), "--bind", "127.0.0.1", "--port", str(port),
-                             "--root", str(root), "--faults", str(faults)],
+                             "--root", str(root), "--faults", str(faults), "--faults-dir", str(tmp_path / "faults.d")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: port_open(port), 10)
     yield f"http://127.0.0.1:{port}", faults
@@ -90,3 +91,18 @@ def test_rewriting_the_file_rearms_and_other_paths_are_untouched(mirror):
     assert not get_raw(base)[2]
     set_faults(faults, {"/other": {"mode": "corrupt"}})
     assert requests.get(base + URL_PATH, timeout=5).content == BODY
+
+
+def test_faults_of_one_lab_slot_hit_only_its_own_host(mirror):
+    """Tables in --faults-dir, one per test worker, scoped by "client": a fault for another
+    host's address leaves this client's downloads alone; one for this client hits it."""
+    base, faults = mirror
+    slots = faults.parent / "faults.d"
+    set_faults(slots / "slot1.json", {URL_PATH: {"mode": "corrupt", "client": "10.213.62.2"}})
+    assert requests.get(base + URL_PATH, timeout=5).content == BODY
+    set_faults(slots / "slot2.json", {URL_PATH: {"mode": "cut", "times": 1, "client": "127.0.0.1"}})
+    assert not get_raw(base)[2]
+    assert requests.get(base + URL_PATH, timeout=5).content == BODY   # times 1: once
+    (slots / "slot2.json").unlink()
+    set_faults(faults, {URL_PATH: {"mode": "cut", "times": 1}})   # unscoped: every client
+    assert not get_raw(base)[2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -105,3 +106,63 @@ def test_down_finds_every_host_on_disk(state):
     assert found["lab07"]["veth_host"] == "ddl7h" and found["lab07"]["netns"] == "ddl-lab07"
     assert found["sc05"]["veth_host"] == "ddl45h"
     assert found["stray"]["veth_host"] is None and found["stray"]["netns"] == "ddl-stray"
+
+
+# ------------------------------------------------------------------ lab slots (labctl up --slots)
+
+def test_slot_hosts_are_copies_of_the_lab_on_their_own_addresses(state):
+    main = labctl.fleet()
+    taken = {h["index"] for h in main + labctl.fleet(8)} | {21, 22, 31, 32, 51} | set(range(41, 49))
+    seen = set()
+    for k in (1, 2, 15):
+        hosts = labctl.slot_fleet(k)
+        assert [h["alias"] for h in hosts] == [h["name"] for h in main]   # ct129, ct200 again
+        assert [h["name"] for h in hosts] == [f"s{k}-ct129", f"s{k}-ct200"]
+        assert [h["arch_group"] for h in hosts] == [h["arch_group"] for h in main]
+        for h in hosts:
+            assert h["index"] not in taken and h["index"] not in seen and h["index"] <= 255, h
+            seen.add(h["index"])
+            assert h["netns"] == f"ddl-{h['name']}" and h["veth_host"] == f"ddl{h['index']}h"
+    for bad in (0, labctl.MAX_SLOTS):
+        with pytest.raises(SystemExit, match="out of range"):
+            labctl.slot_fleet(bad)
+
+
+def test_a_slot_inventory_names_its_machines_like_the_lab(state):
+    """What Ansible itself reads from a slot's inventory: the lab's names and groups, the slot's
+    addresses, the lab's group_vars (through the symlink) and the slot's own output dirs."""
+    d = labctl.write_slot(2)
+    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_HOME": str(state / "ansible-home"),
+           "PATH": f"{REPO / '.venv' / 'bin'}:/usr/bin:/bin"}
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-inventory"), "-i", str(d / "inventory"), "--list"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+    inv = json.loads(out)
+    hv = inv["_meta"]["hostvars"]
+    assert set(hv) == {"ct129", "ct200"}
+    assert (hv["ct129"]["ansible_host"], hv["ct200"]["ansible_host"]) == ("10.213.64.2", "10.213.65.2")
+    assert inv["sm86"]["hosts"] == ["ct129"] and inv["sm120"]["hosts"] == ["ct200"]
+    assert hv["ct129"]["known_good_artifacts_dir"] == str(REPO / "artifacts" / "lab-slot2")
+    assert hv["ct129"]["ddtree_lab_mirror"] == "http://10.213.0.1:8873"   # inventory/lab/group_vars/all.yml
+    entries = json.loads((d / "hosts.json").read_text())
+    assert [(e["name"], e["machine"], e["netns"]) for e in entries] == [
+        ("ct129", "s2-ct129", "ddl-s2-ct129"), ("ct200", "s2-ct200", "ddl-s2-ct200")]
+    # labctl restart/reset/down --fleet find the slot's machines from its fleet file.
+    assert labctl.find_host("s2-ct200", d / "fleet.json")["alias"] == "ct200"
+
+
+def test_up_refuses_bad_slot_counts(state, monkeypatch):
+    monkeypatch.setattr(labctl.os, "geteuid", lambda: 0)
+    with pytest.raises(SystemExit, match="--slots must be 1"):
+        labctl.up(None, None, slots=0)
+    with pytest.raises(SystemExit, match="does not go with --fleet"):
+        labctl.up(None, state / "f.json", slots=2)
+
+
+def test_reset_needs_a_snapshot_and_names_the_command(state, monkeypatch):
+    monkeypatch.setattr(labctl.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(labctl, "netns_list", lambda: ["ddl-ct129"])
+    (state / "hosts" / "ct129" / "upper").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"ct129 has no snapshot; take one with `labctl snapshot ct129`"):
+        labctl.reset("ct129")
+    args = labctl.build_parser().parse_args(["reset", "s1-ct129", "s1-ct200", "--fleet", "f.json"])
+    assert (args.names, args.fleet) == (["s1-ct129", "s1-ct200"], Path("f.json"))

@@ -1,0 +1,62 @@
+"""The timing table of `make test`: tests/conftest.py's --times-json and tests/times_report.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tests"))
+
+import times_report  # noqa: E402
+
+
+def test_times_json_records_every_test_with_its_worker(tmp_path):
+    """A real pytest run with two xdist workers: the controller writes one entry per test."""
+    out = tmp_path / "t.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                          "tests/unit/labctl/test_labctl_cli.py", "-k", "find_host or alternates",
+                          "--times-json", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    data = json.loads(out.read_text())
+    ids = {t["nodeid"].split("::")[-1] for t in data["tests"]}
+    assert ids == {"test_find_host_lab_fleet_and_scale_hosts", "test_find_host_from_its_record_and_from_a_fleet_file",
+                   "test_up_hosts_8_alternates_architectures"}
+    assert {t["worker"] for t in data["tests"]} <= {"gw0", "gw1"}
+    assert all(t["outcome"] == "passed" and t["seconds"] > 0 for t in data["tests"])
+    assert [t["seconds"] for t in data["tests"]] == sorted((t["seconds"] for t in data["tests"]), reverse=True)
+    assert data["exitstatus"] == 0 and data["wall_seconds"] > 0
+
+
+def test_report_has_stage_totals_workers_and_the_slowest_tests(tmp_path):
+    d = tmp_path / "times"
+    d.mkdir()
+    (d / "stages.tsv").write_text("unit tests\tunit\t1000.0\t1040.5\t0\n"
+                                  "lab integration\tintegration\t1100.0\t1700.0\t1\n"
+                                  "lab down\tlab-down\t1700.0\t1712.0\t0\n")
+    tests = [{"nodeid": f"tests/integration/t.py::test_{i}", "seconds": float(i), "outcome": "passed",
+              "worker": f"gw{i % 3}"} for i in range(1, 31)]
+    tests[0]["outcome"] = "failed"
+    (d / "integration.json").write_text(json.dumps({"tests": tests}))
+    (d / "unit.json").write_text(json.dumps({"tests": [{"nodeid": "tests/unit/u.py::test_u", "seconds": 0.5,
+                                                         "outcome": "passed", "worker": "main"}]}))
+    out = tmp_path / "test-times.md"
+    assert times_report.main(["--dir", str(d), "--out", str(out), "--top", "20"]) == 0
+    text = out.read_text()
+    assert "| unit tests | 0:40 | 40 | 1 | 0 |" in text
+    # 30 tests, sum 465 s, busy per worker gw0 (3+6+..+30 = 165), gw1 (1+4+..+28 = 145), gw2 155.
+    assert "| lab integration | 10:00 | 600 | 30 | 465 | gw0 165, gw1 145, gw2 155 | 1 |" in text
+    assert "| **total** | **11:52** | 712 | 31 |" in text
+    slowest = [line for line in text.splitlines() if line.startswith("| ") and "`tests/" in line]
+    assert len(slowest) == 20 and "test_30`" in slowest[0] and "test_11`" in slowest[-1]
+    assert "Outcomes: failed 1, passed 30" in text
+
+
+def test_a_stage_that_did_not_finish_is_shown(tmp_path):
+    (tmp_path / "stages.tsv").write_text("lab up\tlab-up\t1000.0\t\t\n")
+    text = times_report.render(times_report.read_stages(tmp_path / "stages.tsv"), {}, 20)
+    assert "| lab up | 0:00 | 0 |  |  |  | did not finish |" in text

@@ -36,8 +36,9 @@ venv: $(VENV)/.stamp  ## create the pinned controller toolchain in .venv/
 deps: lab-deps venv
 
 lab-up: deps  ## boot ct129 + ct200 (N=8: also lab03..lab08; SLOTS=3: two more copies for parallel tests) and seed known-good NEXTN
-	$(PY) lab/labctl.py up $(if $(N),--hosts $(N)) $(if $(SLOTS),--slots $(SLOTS))
+	$(PY) lab/labctl.py up $(if $(N),--hosts $(N))
 	bash lab/seed.sh
+	$(if $(SLOTS),$(PY) lab/labctl.py up $(if $(N),--hosts $(N)) --slots $(SLOTS))
 
 lab-down:  ## stop the lab (every host, also lab03.. of N=) and remove everything it made
 	python3 lab/labctl.py down

@@ -425,9 +425,25 @@ def setup_network(h: dict) -> None:
         run(["ip", "-n", ns, "route", "add", "default", "via", h["gw"]])
 
 
-def prepare_root(h: dict, base: Path) -> Path:
+# What a host's disk holds of its own identity: left out when a slot host's disk starts as a
+# copy of another host's (prepare_root writes them anew), and the other host's journal.
+IDENTITY = ["etc/machine-id", "etc/hostname", "etc/hosts", "etc/ssh/ssh_host_*", "var/log/journal"]
+
+
+def clone_disk(snapshot_dir: Path, upper: Path) -> None:
+    """upper becomes a copy of another host's snapshot, less that host's identity."""
+    shutil.rmtree(upper, ignore_errors=True)
+    run(["cp", "-a", str(snapshot_dir), str(upper)])
+    for pattern in IDENTITY:
+        for path in upper.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def prepare_root(h: dict, base: Path, clone_from: Path | None = None) -> Path:
     d: Path = h["dir"]
     merged = d / "root"
+    if clone_from is not None:
+        clone_disk(clone_from, d / "upper")
     for sub in ("upper", "work", "root"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     if not os.path.ismount(merged):
@@ -535,11 +551,21 @@ def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1) -> N
         raise SystemExit("lab: --slots copies lab/fleet.json; it does not go with --fleet")
     t0 = time.time()
     main_hosts = fleet(n_hosts, fleet_file)
-    hosts = main_hosts + [h for k in range(1, slots) for h in slot_fleet(k)]
+    slot_hosts = [h for k in range(1, slots) for h in slot_fleet(k)]
+    hosts = main_hosts + slot_hosts
+    # A slot host's disk starts as a copy of its main-lab host's seeded snapshot (lab/seed.sh
+    # takes them): the seeded state is reached once per host, not once per slot.
+    seeded = {h["name"]: STATE / "hosts" / h["alias"] / "snapshot" for h in slot_hosts}
+    missing = sorted({str(p) for name, p in seeded.items() if not p.is_dir() and not host_pid(
+        next(h for h in slot_hosts if h["name"] == name))})
+    if missing:
+        raise SystemExit("lab: --slots copies the seeded main lab, which has no snapshot yet "
+                         f"({', '.join(missing)}): run `make lab-up` (boot, seed, snapshot) first")
     base = build_image()
     ensure_ssh_key()
     start_mirror()
     booted = []
+    cloned = []
     for h in hosts:
         pid = host_pid(h)
         if pid:
@@ -548,15 +574,20 @@ def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1) -> N
             continue
         teardown_host(h, quiet=True)  # leftovers of a crashed run
         setup_network(h)
-        merged = prepare_root(h, base)
+        merged = prepare_root(h, base, clone_from=seeded.get(h["name"]))
         write_host_record(h, base)
         pid = boot(h, merged)
         booted.append((h, pid))
-        log(f"{h['name']}: booting ({h['arch_group']}, {len(h['gpus'])} GPUs, {h['addr']}, pid {pid})")
+        if h["name"] in seeded:
+            cloned.append(h)
+        log(f"{h['name']}: booting ({h['arch_group']}, {len(h['gpus'])} GPUs, {h['addr']}, pid {pid})"
+            + (f", disk copied from {h['alias']}'s seeded snapshot" if h["name"] in seeded else ""))
     write_known_hosts(hosts)
     for h, pid in booted:
         took = wait_ready(h, pid)
         log(f"{h['name']}: systemd running, sshd up ({took:.1f}s)")
+    for h in cloned:   # its own snapshot, with its own identity, for `labctl reset`
+        snapshot(h["name"])
     if fleet_file is None:
         write_inventory_hosts(main_hosts)
         for k in range(1, slots):

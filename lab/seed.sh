@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Seed the lab: playbooks/lab_seed.yml (known-good NEXTN through the project's own roles) on the
-# main lab and, side by side, on every lab slot that `labctl up --slots K` booted, then keep a
-# snapshot of every seeded host's disk (`labctl snapshot`: the lab tests go back to the seeded
-# state with `labctl reset` instead of a redeploy). Each slot's run is logged to
-# artifacts/logs/seed-slot<k>.log; a failed seed prints its log's tail and fails.
+# main lab (and, side by side, on every lab slot already booted), then keep a snapshot of every
+# seeded host's disk (`labctl snapshot`). `labctl up --slots K` starts new slot hosts from a copy
+# of these snapshots, and the lab tests go back to the seeded state with `labctl reset` instead
+# of a redeploy. Each slot's run is logged to artifacts/logs/seed-slot<k>.log; a failed seed
+# prints its log's tail and fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATE=${DDTREE_LAB_STATE:-/var/lib/ddtree-lab}

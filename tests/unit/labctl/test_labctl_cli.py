@@ -166,3 +166,25 @@ def test_reset_needs_a_snapshot_and_names_the_command(state, monkeypatch):
         labctl.reset("ct129")
     args = labctl.build_parser().parse_args(["reset", "s1-ct129", "s1-ct200", "--fleet", "f.json"])
     assert (args.names, args.fleet) == (["s1-ct129", "s1-ct200"], Path("f.json"))
+
+
+def test_a_cloned_disk_keeps_the_seeded_state_but_not_the_hosts_identity(tmp_path):
+    snap = tmp_path / "snapshot"
+    for rel, text in {"etc/machine-id": "abc\n", "etc/hostname": "ct129\n", "etc/hosts": "127.0.1.1 ct129\n",
+                      "etc/ssh/ssh_host_ed25519_key": "k", "etc/ssh/ssh_host_ed25519_key.pub": "p",
+                      "etc/ssh/sshd_config.d/10-lab.conf": "UseDNS no\n",
+                      "var/log/journal/abc/system.journal": "j",
+                      "etc/systemd/system/sglang.service": "[Service]\n",
+                      "var/lib/ddtree-fleet/records/r1/meta.json": "{}"}.items():
+        (snap / rel).parent.mkdir(parents=True, exist_ok=True)
+        (snap / rel).write_text(text)
+    (snap / "var/lib/ddtree-fleet/known-good").symlink_to("records/r1")
+    upper = tmp_path / "upper"
+    upper.mkdir()
+    (upper / "stale").write_text("from an earlier boot")
+    labctl.clone_disk(snap, upper)
+    files = sorted(str(p.relative_to(upper)) for p in upper.rglob("*") if p.is_file() or p.is_symlink())
+    assert files == ["etc/ssh/sshd_config.d/10-lab.conf", "etc/systemd/system/sglang.service",
+                     "var/lib/ddtree-fleet/known-good", "var/lib/ddtree-fleet/records/r1/meta.json"]
+    assert (upper / "var/lib/ddtree-fleet/known-good").readlink() == Path("records/r1")
+    assert (snap / "etc/machine-id").read_text() == "abc\n"   # the snapshot itself is untouched

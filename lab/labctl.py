@@ -592,7 +592,21 @@ def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1) -> N
         write_inventory_hosts(main_hosts)
         for k in range(1, slots):
             write_slot(k)
+        drop_stale_slots(slots)
     log(f"lab up: {', '.join(h['name'] for h in hosts)} in {time.time() - t0:.1f}s")
+
+
+def drop_stale_slots(keep: int) -> None:
+    """Forget slot directories (inventories) beyond the first `keep` slots whose hosts are not
+    running, left by a crashed or older run, so nothing seeds or tests hosts that are gone."""
+    for d in sorted((STATE / "slots").glob("*")):
+        k = int(d.name) if d.name.isdigit() else -1
+        if k < keep and k >= 1:
+            continue
+        if 1 <= k < MAX_SLOTS and any(host_pid(h) for h in slot_fleet(k)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        log(f"slot {d.name}: its hosts are not running; {d} removed")
 
 
 def host_entries(hosts: list[dict]) -> list[dict]:

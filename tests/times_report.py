@@ -6,6 +6,8 @@ pytest run write artifacts/times/<stage>.json (tests/conftest.py, --times-json).
 
   * the stage totals (wall seconds; a stage whose tests ran side by side also shows the sum of
     its tests' own times and the busy seconds of each xdist worker),
+  * for such a stage, the seconds of each test file (the molecule scenarios are
+    tests/integration/test_molecule.py) and the workers that ran it,
   * the N slowest tests across all stages (default 20),
 
 as Markdown, and writes the same to artifacts/test-times.md. Standard library only.
@@ -79,6 +81,18 @@ def render(stages: list[dict], tests: dict[str, dict], top: int) -> str:
         wall = max((s["end"] or s["start"]) for s in stages) - min(s["start"] for s in stages)
         lines.append(f"| **total** | **{mmss(wall)}** | {wall:.0f} | "
                      f"{sum(len(r['tests']) for r in tests.values())} | | | |")
+    for key, run in tests.items():   # where a side-by-side stage spends its time, file by file
+        busy = {t["worker"] for t in run["tests"]}
+        if len(busy) < 2:
+            continue
+        files: dict[str, list[dict]] = defaultdict(list)
+        for t in run["tests"]:
+            files[t["nodeid"].split("::")[0]].append(t)
+        lines += ["", f"## {key}: by test file (run side by side)", "",
+                  "| seconds | tests | workers | file |", "|---:|---:|---|---|"]
+        for name, ts in sorted(files.items(), key=lambda kv: -sum(t["seconds"] for t in kv[1])):
+            workers = ", ".join(sorted({t["worker"] for t in ts}))
+            lines.append(f"| {sum(t['seconds'] for t in ts):.0f} | {len(ts)} | {workers} | `{name}` |")
     every = [dict(t, stage=key) for key, run in tests.items() for t in run["tests"]]
     every.sort(key=lambda t: -t["seconds"])
     lines += ["", f"## The {min(top, len(every))} slowest tests", "",

@@ -7,8 +7,9 @@ across the workers is in tests/integration/conftest.py.
 Every test here carries the ``lab`` marker. Without a running lab (``make lab-up``) they are
 skipped with the reason; with CI=true a missing lab is an error instead, because tests/run_all.sh
 brings the lab up and seeds it first. Each test module leaves both hosts in the seeded state
-(known-good NEXTN, no quarantine records): a module that changes a host reseeds it itself, and
-the ``lab_seeded`` fixture below re-checks at every module's end as a safety net.
+(known-good NEXTN, no quarantine records): the ``lab_seeded`` fixture below checks at every
+module's end and brings a changed host back (labkit.ensure_seeded: ``labctl reset`` to the
+snapshot lab/seed.sh took right after seeding, a few seconds; lab_seed.yml where there is none).
 """
 
 from __future__ import annotations

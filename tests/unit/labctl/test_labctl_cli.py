@@ -188,3 +188,11 @@ def test_a_cloned_disk_keeps_the_seeded_state_but_not_the_hosts_identity(tmp_pat
                      "var/lib/ddtree-fleet/known-good", "var/lib/ddtree-fleet/records/r1/meta.json"]
     assert (upper / "var/lib/ddtree-fleet/known-good").readlink() == Path("records/r1")
     assert (snap / "etc/machine-id").read_text() == "abc\n"   # the snapshot itself is untouched
+
+
+def test_stale_slot_directories_are_dropped(state):
+    for k in (1, 2, 5):
+        labctl.write_slot(k)
+    (state / "slots" / "junk").mkdir()
+    labctl.drop_stale_slots(3)   # slots 1 and 2 are kept (up is booting them); 5 runs nowhere
+    assert sorted(p.name for p in (state / "slots").iterdir()) == ["1", "2"]

@@ -51,9 +51,10 @@ def test_report_has_stage_totals_workers_and_the_slowest_tests(tmp_path):
     # 30 tests, sum 465 s, busy per worker gw0 (3+6+..+30 = 165), gw1 (1+4+..+28 = 145), gw2 155.
     assert "| lab integration | 10:00 | 600 | 30 | 465 | gw0 165, gw1 145, gw2 155 | 1 |" in text
     assert "| **total** | **11:52** | 712 | 31 |" in text
-    slowest = [line for line in text.splitlines() if line.startswith("| ") and "`tests/" in line]
+    slowest = [line for line in text.splitlines() if line.startswith("| ") and "::test_" in line]
     assert len(slowest) == 20 and "test_30`" in slowest[0] and "test_11`" in slowest[-1]
     assert "Outcomes: failed 1, passed 30" in text
+    assert "| 465 | 30 | gw0, gw1, gw2 | `tests/integration/t.py` |" in text
 
 
 def test_a_stage_that_did_not_finish_is_shown(tmp_path):

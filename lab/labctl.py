@@ -433,6 +433,7 @@ IDENTITY = ["etc/machine-id", "etc/hostname", "etc/hosts", "etc/ssh/ssh_host_*",
 def clone_disk(snapshot_dir: Path, upper: Path) -> None:
     """upper becomes a copy of another host's snapshot, less that host's identity."""
     shutil.rmtree(upper, ignore_errors=True)
+    upper.parent.mkdir(parents=True, exist_ok=True)
     run(["cp", "-a", str(snapshot_dir), str(upper)])
     for pattern in IDENTITY:
         for path in upper.glob(pattern):

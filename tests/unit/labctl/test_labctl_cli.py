@@ -179,6 +179,8 @@ def test_a_cloned_disk_keeps_the_seeded_state_but_not_the_hosts_identity(tmp_pat
         (snap / rel).parent.mkdir(parents=True, exist_ok=True)
         (snap / rel).write_text(text)
     (snap / "var/lib/ddtree-fleet/known-good").symlink_to("records/r1")
+    labctl.clone_disk(snap, tmp_path / "new-host" / "upper")   # a host whose directory is not there yet
+    assert (tmp_path / "new-host" / "upper" / "etc/systemd/system/sglang.service").is_file()
     upper = tmp_path / "upper"
     upper.mkdir()
     (upper / "stale").write_text("from an earlier boot")

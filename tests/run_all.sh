@@ -76,7 +76,7 @@ grep -E '^(\[lab|lab seed)' artifacts/logs/lab-up.log | tail -n 30
 # failure is reported with its own output; each playbook run is also logged on its own under
 # artifacts/logs/slot<k>/<test>/.
 run_stage integration "lab integration + molecule ($SLOTS workers side by side)" \
-  pytest -q -p no:cacheprovider -n "$SLOTS" --dist loadgroup --no-loadscope-reorder tests/integration \
+  pytest -q -p no:cacheprovider -n "$SLOTS" --dist loadscope --no-loadscope-reorder tests/integration \
     --times-json "$TIMES/integration.json"
 
 LAB_STARTED=

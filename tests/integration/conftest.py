@@ -1,19 +1,19 @@
 """How the integration tests share the machine when pytest-xdist runs them side by side.
 
-tests/run_all.sh runs ``pytest -n K --dist loadgroup --no-loadscope-reorder tests/integration``
+tests/run_all.sh runs ``pytest -n K --dist loadscope --no-loadscope-reorder tests/integration``
 after ``labctl up --slots K``: worker gw<k> owns lab slot k (tests/integration/lab/labkit.py).
 
-* Every test module is one xdist group, so its module-scoped fixtures (a deploy, a booted
-  fleet) run once, on one worker, and its tests run in order there. Modules in SPREAD share
-  nothing between their tests but function-scoped fixtures: their tests go one by one to
-  whichever worker is free (the fault matrix: 18 cases of one to two minutes each).
-* Groups start longest first (SLOW_FIRST, from artifacts/test-times.md), so the long ones
+* Every test module is one scheduling unit (LabScheduling below), so its module-scoped fixtures
+  (a deploy, a booted fleet) run once, on one worker, and its tests run in order there. Modules
+  in SPREAD share nothing between their tests but function-scoped fixtures: their tests go one
+  by one to whichever worker is free (the fault matrix: 18 cases of one to two minutes each;
+  the two molecule scenarios).
+* Units start longest first (SLOW_FIRST, from artifacts/test-times.md), so the long ones
   overlap with everything else instead of running alone at the end.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -24,29 +24,41 @@ SLOW_FIRST = [
     "test_lab_07_rollout.py", "test_lab_10_interrupted.py", "test_lab_02_preflight.py",
     "test_lab_01_basics.py", "test_patch_wheel.py",
 ]
-SPREAD = {"test_lab_11_fault_matrix.py"}
+# Modules whose tests share nothing but function-scoped fixtures: each test is its own unit.
+SPREAD = {"test_lab_11_fault_matrix.py", "test_molecule.py"}
 
 
-def group_of(item: pytest.Item) -> str | None:
-    """The item's xdist group: its module, or module::scenario for the molecule scenarios."""
-    module = Path(str(item.fspath)).name
-    if module in SPREAD:
-        return None
-    marker = item.get_closest_marker("scenario_group")
-    return f"{module}::{marker.args[0]}" if marker else module
+def unit_of(nodeid: str) -> str:
+    """The scheduling unit of a test: its module, or the test itself in a SPREAD module."""
+    path = nodeid.split("::", 1)[0]
+    return nodeid if path.rsplit("/", 1)[-1] in SPREAD else path
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "scenario_group(name): own xdist group for this test "
-                                       "(tests/integration/conftest.py)")
+def label_of(nodeid: str) -> str:
+    """What SLOW_FIRST names: the module, and test_molecule.py::<scenario> for a scenario."""
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    if module == "test_molecule.py" and "[" in nodeid:
+        return f"{module}::{nodeid.rsplit('[', 1)[1].rstrip(']')}"
+    return module
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    """Longest groups first (the order xdist hands the units out in, --no-loadscope-reorder)."""
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     order = {id(item): n for n, item in enumerate(items)}
-    for item in items:
-        group = group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda i: (rank.get(group_of(i) or "", len(rank)), order[id(i)]))
+    items.sort(key=lambda i: (rank.get(label_of(i.nodeid), len(rank)), order[id(i)]))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's loadscope, with our units (unit_of) instead of one unit per module or class.
+
+    (xdist's own loadgroup, driven by xdist_group marks, does not group under pytest 9: the
+    @group suffix it sets on item._nodeid never reaches the nodeids, so this takes its place.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return LabScheduling(config, log)

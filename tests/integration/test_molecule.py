@@ -1,6 +1,6 @@
 """The molecule scenarios (molecule/default, molecule/deploy), each a test of its own so that
-pytest-xdist runs them next to the lab tests (tests/integration/conftest.py gives each scenario
-its own group). Each scenario boots its own hosts with labctl (molecule/<scenario>/fleet.json)
+pytest-xdist runs them next to the lab tests (tests/integration/conftest.py makes each scenario
+its own scheduling unit). Each scenario boots its own hosts with labctl (molecule/<scenario>/fleet.json)
 and runs its full test sequence (destroy, syntax, create, converge, idempotence, verify,
 destroy) exactly as ``molecule test -s <scenario>`` from the repository root does; its output is
 written to artifacts/logs/molecule-<scenario>.log and its tail is shown when it fails.
@@ -19,8 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 
 
-@pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.scenario_group(s))
-                                      for s in ("default", "deploy")])
+@pytest.mark.parametrize("scenario", ["default", "deploy"])
 def test_molecule_scenario(scenario):
     if os.geteuid() != 0:
         why = "molecule's scenarios boot lab hosts with labctl: run as root"

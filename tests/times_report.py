@@ -24,6 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+INNER_STAGE = "tests/integration/test_molecule.py::"   # a stage of its own that runs inside another
 
 
 def mmss(seconds: float) -> str:
@@ -77,6 +78,12 @@ def render(stages: list[dict], tests: dict[str, dict], top: int) -> str:
                 workers = ", ".join(f"{w} {s:.0f}" for w, s in sorted(busy.items()))
         state = st["rc"] if st["end"] else "did not finish"
         lines.append(f"| {st['name']} | {mmss(seconds)} | {seconds:.0f} | {n} | {summed} | {workers} | {state} |")
+        inner = [t for t in (run or {}).get("tests", []) if INNER_STAGE in t["nodeid"]]
+        if inner:   # the molecule scenarios run as tests of this stage, next to the others
+            longest = max(t["seconds"] for t in inner)
+            lines.append(f"| ↳ molecule (inside the stage above) | {mmss(longest)} | {longest:.0f} | {len(inner)} | "
+                         f"{sum(t['seconds'] for t in inner):.0f} | "
+                         f"{', '.join(sorted(t['worker'] for t in inner))} | |")
     if stages:
         wall = max((s["end"] or s["start"]) for s in stages) - min(s["start"] for s in stages)
         lines.append(f"| **total** | **{mmss(wall)}** | {wall:.0f} | "

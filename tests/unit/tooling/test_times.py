@@ -41,6 +41,8 @@ def test_report_has_stage_totals_workers_and_the_slowest_tests(tmp_path):
     tests = [{"nodeid": f"tests/integration/t.py::test_{i}", "seconds": float(i), "outcome": "passed",
               "worker": f"gw{i % 3}"} for i in range(1, 31)]
     tests[0]["outcome"] = "failed"
+    tests += [{"nodeid": f"tests/integration/test_molecule.py::test_molecule_scenario[{s}]", "seconds": sec,
+               "outcome": "passed", "worker": w} for s, sec, w in (("default", 100.0, "gw1"), ("deploy", 250.0, "gw0"))]
     (d / "integration.json").write_text(json.dumps({"tests": tests}))
     (d / "unit.json").write_text(json.dumps({"tests": [{"nodeid": "tests/unit/u.py::test_u", "seconds": 0.5,
                                                          "outcome": "passed", "worker": "main"}]}))
@@ -48,12 +50,14 @@ def test_report_has_stage_totals_workers_and_the_slowest_tests(tmp_path):
     assert times_report.main(["--dir", str(d), "--out", str(out), "--top", "20"]) == 0
     text = out.read_text()
     assert "| unit tests | 0:40 | 40 | 1 | 0 |" in text
-    # 30 tests, sum 465 s, busy per worker gw0 (3+6+..+30 = 165), gw1 (1+4+..+28 = 145), gw2 155.
-    assert "| lab integration | 10:00 | 600 | 30 | 465 | gw0 165, gw1 145, gw2 155 | 1 |" in text
-    assert "| **total** | **11:52** | 712 | 31 |" in text
+    # 30 tests + 2 scenarios, sum 465 + 350 s; gw0 3+6+..+30 = 165 (+250), gw1 1+4+..+28 = 145 (+100), gw2 155.
+    assert "| lab integration | 10:00 | 600 | 32 | 815 | gw0 415, gw1 245, gw2 155 | 1 |" in text
+    assert "| ↳ molecule (inside the stage above) | 4:10 | 250 | 2 | 350 | gw0, gw1 | |" in text
+    assert "| **total** | **11:52** | 712 | 33 |" in text
     slowest = [line for line in text.splitlines() if line.startswith("| ") and "::test_" in line]
-    assert len(slowest) == 20 and "test_30`" in slowest[0] and "test_11`" in slowest[-1]
-    assert "Outcomes: failed 1, passed 30" in text
+    assert len(slowest) == 20 and "[deploy]`" in slowest[0] and "[default]`" in slowest[1]
+    assert "test_30`" in slowest[2] and "test_13`" in slowest[-1]
+    assert "Outcomes: failed 1, passed 32" in text
     assert "| 465 | 30 | gw0, gw1, gw2 | `tests/integration/t.py` |" in text
 
 

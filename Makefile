@@ -49,13 +49,13 @@ lab-status:  ## show the lab hosts
 demo: lab-up  ## set up, boot the lab, run deploy_ddtree.yml on it, print what happened
 	bash lab/demo.sh
 
-test: deps  ## set up, then run every test (unit, lint, lab integration, molecule): what CI runs
+test: lab-deps  ## set up, then run every test (unit, lint, lab integration, molecule): what CI runs
 	bash tests/run_all.sh
 
 test-unit: venv  ## only the unit tests (no lab, no root; about a minute): run them after every change
 	$(BIN)/pytest -q -n $(UNIT_WORKERS) tests/unit
 
-test-lab: deps  ## only the lab tests: boot the lab slots, lab integration + molecule, lab down
+test-lab: lab-deps  ## only the lab tests: boot the lab slots, lab integration + molecule, lab down
 	bash tests/run_all.sh lab
 
 lint: venv  ## yamllint + ansible-lint (production profile) + ansible-doc for every module

@@ -17,7 +17,9 @@ Commands (run as root):
                    K-1 copies of lab/fleet.json ("slots", one per parallel test worker):
                    slot k's hosts are the machines s<k>-ct129, s<k>-ct200 whose inventory
                    names (and hostnames) are ct129, ct200, with their own addresses; their
-                   hosts.json and Ansible inventory are under $DDTREE_LAB_STATE/slots/<k>/
+                   hosts.json and Ansible inventory are under $DDTREE_LAB_STATE/slots/<k>/.
+                   A new slot host's disk starts as a copy of its main-lab host's seeded
+                   snapshot (less that host's identity), and gets a snapshot of its own
   down             stop everything and remove every process, mount, netns, veth and cgroup
                    the lab made, also after a crashed or interrupted run; idempotent
   snapshot NAME..  keep each host's disk as it is now (lab/seed.sh takes one of every seeded

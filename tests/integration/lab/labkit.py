@@ -67,7 +67,8 @@ def netns(host: str) -> str:
 
 
 def labctl_argv(*args: str) -> list[str]:
-    """lab/labctl.py for this slot's hosts (`up`/`status` of the slot's fleet file when k >= 1)."""
+    """lab/labctl.py for this slot's hosts: up/down/restart get the slot's fleet file when k >= 1
+    (snapshot and reset find a host from the record next to its disk; status lists every host)."""
     argv = [str(VENV_BIN / "python"), str(REPO / "lab" / "labctl.py"), *args]
     if FLEET_FILE is not None and args and args[0] in ("up", "down", "restart"):
         argv += ["--fleet", str(FLEET_FILE)]

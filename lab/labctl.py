@@ -442,16 +442,35 @@ def clone_disk(snapshot_dir: Path, upper: Path) -> None:
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
-def prepare_root(h: dict, base: Path, clone_from: Path | None = None) -> Path:
-    d: Path = h["dir"]
+def mount_disk(d: Path, lower: Path | str) -> Path:
+    """The host's disk: its upper dir over the image, mounted at root/ (unless it already is)."""
     merged = d / "root"
-    if clone_from is not None:
-        clone_disk(clone_from, d / "upper")
     for sub in ("upper", "work", "root"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     if not os.path.ismount(merged):
         run(["mount", "-t", "overlay", "overlay", "-o",
-             f"lowerdir={base},upperdir={d / 'upper'},workdir={d / 'work'}", str(merged)])
+             f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}", str(merged)])
+    return merged
+
+
+def unmount(merged: Path, lazy: bool = False) -> None:
+    """Unmount a host's disk, retrying while its last processes go; then lazily (teardown) or fail."""
+    for _ in range(20):
+        if not os.path.ismount(merged):
+            return
+        if run(["umount", str(merged)], check=False, capture=True).returncode != 0:
+            time.sleep(0.2)
+    if os.path.ismount(merged):
+        if not lazy:
+            raise SystemExit(f"lab: could not unmount {merged}")
+        run(["umount", "-l", str(merged)], check=False)
+
+
+def prepare_root(h: dict, base: Path, clone_from: Path | None = None) -> Path:
+    d: Path = h["dir"]
+    if clone_from is not None:
+        clone_disk(clone_from, d / "upper")
+    merged = mount_disk(d, base)
     (merged / "etc/hostname").write_text(h["alias"] + "\n")
     mid = merged / "etc/machine-id"
     if not mid.read_text().strip():
@@ -559,8 +578,8 @@ def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1) -> N
     # A slot host's disk starts as a copy of its main-lab host's seeded snapshot (lab/seed.sh
     # takes them): the seeded state is reached once per host, not once per slot.
     seeded = {h["name"]: STATE / "hosts" / h["alias"] / "snapshot" for h in slot_hosts}
-    missing = sorted({str(p) for name, p in seeded.items() if not p.is_dir() and not host_pid(
-        next(h for h in slot_hosts if h["name"] == name))})
+    missing = sorted({str(seeded[h["name"]]) for h in slot_hosts
+                      if not seeded[h["name"]].is_dir() and not host_pid(h)})
     if missing:
         raise SystemExit("lab: --slots copies the seeded main lab, which has no snapshot yet "
                          f"({', '.join(missing)}): run `make lab-up` (boot, seed, snapshot) first")
@@ -636,13 +655,10 @@ def write_slot(k: int) -> Path:
         groups.setdefault(h["arch_group"], []).append(h)
     lines = [f"# lab slot {k}: written by lab/labctl.py up --slots; machines s{k}-*, inventory names as in",
              "# inventory/lab/hosts.yml.", "sglang_servers:", "  children:"]
-    for group in ("sm86", "sm120", "sm90", "sm100"):
-        members = groups.pop(group, [])
+    for group in dict.fromkeys(["sm86", "sm120", "sm90", "sm100", *groups]):   # inventory/lab's order
+        members = groups.get(group, [])
         lines += [f"    {group}:", "      hosts:" + ("" if members else " {}")]
         lines += [f"        {h['alias']}:\n          ansible_host: {h['addr']}" for h in members]
-    for group, members in groups.items():
-        lines += [f"    {group}:", "      hosts:"] + [f"        {h['alias']}:\n          ansible_host: {h['addr']}"
-                                                      for h in members]
     (d / "inventory" / "hosts.yml").write_text("---\n" + "\n".join(lines) + "\n")
     link = gv / "00-lab.yml"
     if not link.is_symlink():
@@ -738,15 +754,12 @@ def power_off(h: dict, orderly: bool = False) -> int | None:
 def power_on(h: dict, timeout: float) -> int:
     """Boot the host from its disk (the overlay on its own image, mounted again if needed)."""
     d: Path = h["dir"]
-    merged = d / "root"
-    if not os.path.ismount(merged):
+    if not os.path.ismount(d / "root"):
         lower = h.get("lowerdir") or str(image_dir() / "rootfs")
         if not Path(lower).is_dir():
             raise SystemExit(f"lab: {h['name']}: its base image {lower} is gone; cannot boot the same disk")
-        (d / "work").mkdir(exist_ok=True)
-        run(["mount", "-t", "overlay", "overlay", "-o",
-             f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}", str(merged)])
-    pid = boot(h, merged)
+        mount_disk(d, lower)
+    pid = boot(h, d / "root")
     log(f"{h['name']}: booting again (pid {pid})")
     wait_ready(h, pid, timeout=timeout)
     log(f"{h['name']}: systemd running, sshd up")
@@ -765,16 +778,6 @@ def restart(name: str, fleet_file: Path | None = None, timeout: float = 90) -> f
     return took
 
 
-def _unmount(merged: Path) -> None:
-    for _ in range(20):
-        if not os.path.ismount(merged):
-            return
-        if run(["umount", str(merged)], check=False, capture=True).returncode != 0:
-            time.sleep(0.2)
-    if os.path.ismount(merged):
-        raise SystemExit(f"lab: could not unmount {merged}")
-
-
 def snapshot(name: str, fleet_file: Path | None = None, timeout: float = 90) -> float:
     """Keep the host's disk as it is now (after `make lab-up` seeded it) for `reset`: an orderly
     shutdown, a copy of the overlay's upper directory to snapshot/, boot again."""
@@ -782,7 +785,7 @@ def snapshot(name: str, fleet_file: Path | None = None, timeout: float = 90) -> 
     d: Path = h["dir"]
     t0 = time.time()
     power_off(h, orderly=True)
-    _unmount(d / "root")
+    unmount(d / "root")
     tmp = d / "snapshot.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     run(["cp", "-a", str(d / "upper"), str(tmp)])
@@ -803,7 +806,7 @@ def reset(name: str, fleet_file: Path | None = None, timeout: float = 90) -> flo
         raise SystemExit(f"lab: {name} has no snapshot; take one with `labctl snapshot {name}`")
     t0 = time.time()
     power_off(h)
-    _unmount(d / "root")
+    unmount(d / "root")
     for sub in ("upper", "work"):
         shutil.rmtree(d / sub, ignore_errors=True)
     run(["cp", "-a", str(d / "snapshot"), str(d / "upper")])
@@ -865,14 +868,7 @@ def teardown_host(h: dict, quiet: bool = False) -> None:
         kill_cgroup(cg)
     for cg in cgroup_dirs(h["name"]):
         rm_cgroup(cg)
-    merged = d / "root"
-    for _ in range(20):
-        if not os.path.ismount(merged):
-            break
-        if run(["umount", str(merged)], check=False, capture=True).returncode != 0:
-            time.sleep(0.2)
-    if os.path.ismount(merged):
-        run(["umount", "-l", str(merged)], check=False)
+    unmount(d / "root", lazy=True)
     if h.get("veth_host"):
         run(["ip", "link", "del", h["veth_host"]], check=False, capture=True)
     if h["netns"] in netns_list():

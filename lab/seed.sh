@@ -27,20 +27,19 @@ for inv in inventory/lab "$STATE"/slots/*/inventory; do
   fi
   pids[$slot]=$!
 done
-# machines SLOT: the slot's machine names (from the hosts.json labctl wrote) and its --fleet option.
+# machines SLOT: the slot's machine names, from the hosts.json labctl wrote (labctl snapshot finds
+# each one from the record next to its disk).
 machines() {
-  local json="$STATE/hosts.json" fleet=()
-  if [ "$1" != 0 ]; then json="$STATE/slots/$1/hosts.json"; fleet=(--fleet "$STATE/slots/$1/fleet.json"); fi
+  local json="$STATE/hosts.json"
+  [ "$1" = 0 ] || json="$STATE/slots/$1/hosts.json"
   python3 -c 'import json,sys; print(" ".join(h.get("machine", h["name"]) for h in json.load(open(sys.argv[1]))))' "$json"
-  printf '%s\n' "${fleet[*]:-}"
 }
 rc=0
 for slot in $(printf '%s\n' "${!pids[@]}" | sort -n); do
   if wait "${pids[$slot]}"; then
     echo "lab seed: slot $slot seeded ($(grep -A3 'PLAY RECAP' "$LOGS/seed-slot$slot.log" | grep -c 'failed=0') hosts ok)"
-    mapfile -t m < <(machines "$slot")
-    # shellcheck disable=SC2086  # word lists on purpose
-    if ! python3 lab/labctl.py snapshot ${m[0]} ${m[1]} >>"$LOGS/seed-slot$slot.log" 2>&1; then
+    # shellcheck disable=SC2046  # one argument per machine name
+    if ! python3 lab/labctl.py snapshot $(machines "$slot") >>"$LOGS/seed-slot$slot.log" 2>&1; then
       rc=1
       echo "lab seed: the snapshot of slot $slot failed; the end of $LOGS/seed-slot$slot.log:" >&2
       tail -n 20 "$LOGS/seed-slot$slot.log" >&2

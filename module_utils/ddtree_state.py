@@ -1,0 +1,238 @@
+# -*- coding: utf-8 -*-
+# ddtree-fleet: a host's live state against its declared state, read in one call.
+#
+# Used by library/host_state.py on the managed host (standard library only) and by the unit
+# tests. ``read_state`` gathers; ``differences`` and ``known_good_problem`` judge what was
+# gathered (pure functions: the same text the drift report and the guard print).
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import subprocess
+
+try:
+    from ansible.module_utils.ddtree_patch import PatchSetError, ensure_patchset
+except ImportError:
+    from ddtree_patch import PatchSetError, ensure_patchset
+
+KG_FILES = ("meta.json", "unit", "env")
+
+
+def file_digest(path, algorithm):
+    """Hex digest of a regular file, or None when it does not exist (a directory raises)."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    digest = hashlib.new(algorithm)
+    with handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_json(path):
+    """A JSON file's content, or None when it is missing; unreadable JSON raises ValueError."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+
+
+def systemctl(verb, unit, runner=subprocess.run):
+    """``systemctl is-active|is-enabled UNIT`` as systemd prints it ('' when it printed nothing)."""
+    try:
+        proc = runner(["systemctl", verb, unit], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "unknown (%s)" % exc
+    return proc.stdout.strip()
+
+
+def read_quarantine(state_dir, fingerprint):
+    path = os.path.join(state_dir, "quarantine", fingerprint + ".json")
+    record = read_json(path)
+    return {"path": path, "exists": record is not None, "record": record}
+
+
+def read_known_good(state_dir):
+    """The known-good link, its three files with sha256, its metadata, and how many records exist."""
+    kg_dir = os.path.join(state_dir, "known-good")
+    files = {name: {"exists": False, "sha256": None} for name in KG_FILES}
+    for name in KG_FILES:
+        digest = file_digest(os.path.join(kg_dir, name), "sha256")
+        files[name] = {"exists": digest is not None, "sha256": digest}
+    meta = None
+    meta_error = None
+    if files["meta.json"]["exists"]:
+        try:
+            meta = read_json(os.path.join(kg_dir, "meta.json"))
+        except ValueError as exc:
+            meta_error = str(exc)
+        if meta_error is None and not isinstance(meta, dict):
+            meta, meta_error = None, "meta.json is not a JSON object"
+    records_dir = os.path.join(state_dir, "records")
+    records = 0
+    if os.path.isdir(records_dir):
+        records = sum(1 for entry in os.scandir(records_dir) if entry.is_dir(follow_symlinks=False))
+    link_exists = os.path.lexists(kg_dir)
+    return {
+        "dir": kg_dir,
+        "link_exists": link_exists,
+        "is_link": os.path.islink(kg_dir),
+        "link_target": os.readlink(kg_dir) if os.path.islink(kg_dir) else None,
+        "files": files,
+        "meta": meta,
+        "meta_error": meta_error,
+        "records": records,
+        "fingerprint": str((meta or {}).get("fingerprint", "")),
+    }
+
+
+def known_good_problem(kg, state_dir):
+    """Why the known-good record cannot be trusted for a rollback, or None when it can (or is absent)."""
+    files = kg["files"]
+    present = [name for name in KG_FILES if files[name]["exists"]]
+    kg_dir = kg["dir"]
+    if kg["link_exists"] and not present:
+        return (
+            "the known-good record is missing: %s points at %s, which does not hold a record. Refusing to change "
+            "the host, since a failed change could not be rolled back. Point the link at a good record "
+            "(ln -sfn records/<fingerprint> %s), or remove %s/records and %s to treat the host as new."
+            % (kg_dir, kg["link_target"] or kg_dir, kg_dir, state_dir, kg_dir)
+        )
+    if not kg["link_exists"] and kg["records"] > 0:
+        return (
+            "the known-good record is missing: %s does not exist although %d record(s) in %s/records show this "
+            "host was promoted before. Refusing to change the host, since a failed change could not be rolled "
+            "back. Point the link at a good record (ln -sfn records/<fingerprint> %s), or remove %s/records and "
+            "%s to treat the host as new." % (kg_dir, kg["records"], state_dir, kg_dir, state_dir, kg_dir)
+        )
+    if files["meta.json"]["exists"]:
+        meta = kg["meta"] or {}
+        intact = (
+            kg["meta_error"] is None
+            and files["unit"]["exists"]
+            and files["env"]["exists"]
+            and files["unit"]["sha256"] == meta.get("unit_sha256")
+            and files["env"]["sha256"] == meta.get("env_sha256")
+        )
+        if not intact:
+            return (
+                "the known-good record in %s is missing a file or does not match its checksums; refusing to change "
+                "the host, since a failed change could not be rolled back. Inspect it, then restore it or remove %s "
+                "to start afresh." % (kg_dir, kg_dir)
+            )
+    elif present:
+        return (
+            "%s holds a unit or environment but no meta.json; refusing to change the host. Restore meta.json or "
+            "remove %s." % (kg_dir, kg_dir)
+        )
+    return None
+
+
+def venv_python_version(venv, python, runner=subprocess.run):
+    """The venv's X.Y: from its lib/pythonX.Y directory, else by asking ``python``."""
+    found = sorted(glob.glob(os.path.join(glob.escape(venv), "lib", "python*.*", "site-packages")))
+    if len(found) == 1:
+        return os.path.basename(os.path.dirname(found[0]))[len("python"):]
+    proc = runner(
+        [python, "-c", 'import sys; print("%d.%d" % sys.version_info[:2])'],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    return proc.stdout.strip()
+
+
+def differences(state, declared):
+    """What differs from the declared state, one line each (the drift report's vocabulary)."""
+    out = []
+    live = state["live"]
+    unit, env = live["unit"], live["env"]
+    if not unit["exists"]:
+        out.append("unit: %s is missing" % unit["path"])
+    elif unit["sha1"] != declared["unit_sha1"]:
+        out.append("unit: %s differs from the declared unit" % unit["path"])
+    if not env["exists"]:
+        out.append("environment: %s is missing" % env["path"])
+    elif env["sha1"] != declared["env_sha1"]:
+        out.append("environment: %s differs from the declared one" % env["path"])
+    if live["active"] != "active":
+        out.append("service: %s is %s" % (declared["service"], live["active"]))
+    if live["enabled"] != "enabled":
+        out.append("service: %s is %s" % (declared["service"], live["enabled"] or "not enabled"))
+    venv = state["venv"]
+    if not venv["exists"]:
+        out.append("venv: %s is missing" % venv["path"])
+    patch = state["patch"]
+    if patch.get("failed"):
+        out.append("patch set: %s" % patch["msg"])
+    elif patch.get("changed"):
+        out.append("patch set: would apply %s" % ", ".join(patch.get("applied") or []))
+    missing = ["weights: %s is missing" % item["path"] for item in state["weights"] if not item["exists"]]
+    if missing:
+        out.append("; ".join(missing))
+    kg_fp = state["known_good"]["fingerprint"]
+    if kg_fp != declared["fingerprint"]:
+        out.append("known-good: record is %s, declared %s" % (kg_fp or "missing", declared["fingerprint"]))
+    return out
+
+
+def pending_change(state, declared):
+    """Whether the service itself (unit, environment, active, enabled) must change."""
+    live = state["live"]
+    return bool(
+        not live["unit"]["exists"]
+        or live["unit"]["sha1"] != declared["unit_sha1"]
+        or not live["env"]["exists"]
+        or live["env"]["sha1"] != declared["env_sha1"]
+        or live["active"] != "active"
+        or live["enabled"] != "enabled"
+    )
+
+
+def check_patchset(site_packages, patches, checksums):
+    """Dry-run the patch set on a venv: {checked, changed, applied, failed, msg}; never changes it."""
+    try:
+        result = ensure_patchset(site_packages, patches, checksums, check_mode=True)
+    except (PatchSetError, OSError) as exc:  # the report says what is wrong; deciding is the caller's
+        return {"checked": True, "changed": False, "applied": [], "failed": True, "msg": str(exc)}
+    return {"checked": True, "changed": bool(result["changed"]), "applied": list(result["applied"]),
+            "failed": False, "msg": ""}
+
+
+def read_state(params, runner=subprocess.run):
+    """Everything the "does this host differ from its declared state?" decision needs, in one pass."""
+    state_dir = params["state_dir"]
+    live = {
+        "unit": {"path": params["unit_path"], "sha1": file_digest(params["unit_path"], "sha1")},
+        "env": {"path": params["env_file"], "sha1": file_digest(params["env_file"], "sha1")},
+        "active": systemctl("is-active", params["service"], runner),
+        "enabled": systemctl("is-enabled", params["service"], runner),
+    }
+    for item in ("unit", "env"):
+        live[item]["exists"] = live[item]["sha1"] is not None
+    venv = params["venv"]
+    venv_state = {"path": venv, "exists": os.path.exists(os.path.join(venv, ".ddtree-venv.json")),
+                  "python_version": None}
+    patch = {"checked": False, "changed": False, "applied": [], "failed": False, "msg": ""}
+    if venv_state["exists"]:
+        venv_state["python_version"] = venv_python_version(venv, params["python"], runner)
+        if params["patches"]:
+            site = os.path.join(venv, "lib", "python" + venv_state["python_version"], "site-packages")
+            patch = check_patchset(site, params["patches"], params["checksums"])
+    state = {
+        "quarantine": read_quarantine(state_dir, params["fingerprint"]),
+        "known_good": read_known_good(state_dir),
+        "live": live,
+        "venv": venv_state,
+        "patch": patch,
+        "weights": [{"path": path, "exists": os.path.exists(os.path.join(path, ".ddtree-verified.json"))}
+                    for path in params["weights"]],
+    }
+    state["known_good"]["problem"] = known_good_problem(state["known_good"], state_dir)
+    state["differences"] = differences(state, params)
+    state["pending_change"] = pending_change(state, params)
+    return state

@@ -1,0 +1,243 @@
+"""Tests for module_utils/ddtree_state.py and library/host_state.py (a host's state read in one call)."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+
+import ddtree_patch
+import ddtree_state as st
+
+UNIT = "[Service]\nExecStart=/opt/sglang/venvs/x/bin/python -m sglang.launch_server\n"
+ENV = "SGLANG_API_KEY=secret\n"
+SPEC = "ALGORITHMS = (\n    'EAGLE',\n    'DFLASH',\n)\n"
+SPEC_PATCHED = SPEC.replace("    'DFLASH',\n", "    'DFLASH',\n    'DDTREE',\n")
+
+
+def sha(text, algorithm):
+    return hashlib.new(algorithm, text.encode()).hexdigest()
+
+
+class Host:
+    """A host's files under tmp_path: state dir, unit, environment, venv, patches and weights."""
+
+    def __init__(self, root):
+        self.root = root
+        self.state_dir = root / "state"
+        self.unit = root / "etc" / "sglang.service"
+        self.env = root / "etc" / "sglang.env"
+        self.venv = root / "venv"
+        self.site = self.venv / "lib" / "python3.11" / "site-packages"
+        self.patch = root / "patches" / "0001-ddtree.patch"
+        self.weights = [root / "models" / "target", root / "models" / "draft"]
+        self.fingerprint = "fp-declared"
+        self.systemd = {"is-active": "active", "is-enabled": "enabled"}
+        self.calls = []
+
+    def runner(self, argv, **_kwargs):
+        self.calls.append(argv)
+        if argv[0] == "systemctl":
+            return subprocess.CompletedProcess(argv, 0, self.systemd[argv[1]] + "\n", "")
+        raise AssertionError("unexpected command %r" % argv)
+
+    def params(self, **overrides):
+        params = {
+            "state_dir": str(self.state_dir),
+            "fingerprint": self.fingerprint,
+            "service": "sglang.service",
+            "unit_path": str(self.unit),
+            "unit_sha1": sha(UNIT, "sha1"),
+            "env_file": str(self.env),
+            "env_sha1": sha(ENV, "sha1"),
+            "venv": str(self.venv),
+            "python": "/usr/bin/python3",
+            "patches": [str(self.patch)],
+            "checksums": {self.patch.name: hashlib.sha256(self.patch.read_bytes()).hexdigest()}
+            if self.patch.exists() else {},
+            "weights": [str(w) for w in self.weights],
+        }
+        params.update(overrides)
+        return params
+
+    def in_sync(self):
+        """A promoted host: live unit and env as declared, venv patched, weights verified, known-good record."""
+        self.unit.parent.mkdir(parents=True)
+        self.unit.write_text(UNIT)
+        self.env.write_text(ENV)
+        (self.site / "sglang").mkdir(parents=True)
+        (self.site / "sglang" / "spec_info.py").write_text(SPEC_PATCHED)
+        (self.venv / ".ddtree-venv.json").write_text("{}")
+        self.patch.parent.mkdir(parents=True)
+        diff = difflib.unified_diff(SPEC.splitlines(True), SPEC_PATCHED.splitlines(True),
+                                    "a/sglang/spec_info.py", "b/sglang/spec_info.py")
+        self.patch.write_text("register DDTREE\n\n" + "".join(diff))
+        # the stamp sglang_patch writes once the set is applied
+        entries = [{"name": self.patch.name, "sha256": hashlib.sha256(self.patch.read_bytes()).hexdigest()}]
+        ddtree_patch.write_stamp(str(self.site), ddtree_patch.make_stamp(entries))
+        for weights in self.weights:
+            weights.mkdir(parents=True)
+            (weights / ".ddtree-verified.json").write_text("{}")
+        self.promote(self.fingerprint)
+        return self
+
+    def promote(self, fingerprint):
+        record = self.state_dir / "records" / fingerprint
+        record.mkdir(parents=True)
+        (record / "unit").write_text(UNIT)
+        (record / "env").write_text(ENV)
+        (record / "meta.json").write_text(json.dumps({
+            "fingerprint": fingerprint, "unit_sha256": sha(UNIT, "sha256"), "env_sha256": sha(ENV, "sha256")}))
+        link = self.state_dir / "known-good"
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(os.path.join("records", fingerprint))
+
+    def read(self, **overrides):
+        return st.read_state(self.params(**overrides), runner=self.runner)
+
+
+@pytest.fixture
+def host(tmp_path):
+    return Host(tmp_path)
+
+
+def test_in_sync_host_has_no_difference(host):
+    state = host.in_sync().read()
+    assert state["differences"] == []
+    assert state["pending_change"] is False
+    assert state["known_good"]["fingerprint"] == "fp-declared"
+    assert state["known_good"]["problem"] is None
+    assert state["known_good"]["records"] == 1
+    assert state["quarantine"] == {"path": str(host.state_dir / "quarantine" / "fp-declared.json"),
+                                   "exists": False, "record": None}
+    assert state["patch"] == {"checked": True, "changed": False, "applied": [], "failed": False, "msg": ""}
+    assert state["venv"]["python_version"] == "3.11"
+    # systemd asked twice, nothing else run (the venv's lib/ names its Python)
+    assert host.calls == [["systemctl", "is-active", "sglang.service"], ["systemctl", "is-enabled", "sglang.service"]]
+
+
+def test_every_kind_of_difference_is_worded_for_the_report(host):
+    host.in_sync()
+    host.unit.write_text(UNIT + "# hand edit\n")
+    host.env.unlink()
+    host.systemd.update({"is-active": "inactive", "is-enabled": ""})
+    (host.site / "sglang" / "spec_info.py").write_text(SPEC)
+    (host.weights[1] / ".ddtree-verified.json").unlink()
+    state = host.read(fingerprint="fp-new")
+    assert state["differences"] == [
+        "unit: %s differs from the declared unit" % host.unit,
+        "environment: %s is missing" % host.env,
+        "service: sglang.service is inactive",
+        "service: sglang.service is not enabled",
+        "patch set: would apply 0001-ddtree.patch",
+        "weights: %s is missing" % host.weights[1],
+        "known-good: record is fp-declared, declared fp-new",
+    ]
+    assert state["pending_change"] is True
+    # the dry run changed nothing
+    assert (host.site / "sglang" / "spec_info.py").read_text() == SPEC
+
+
+def test_fresh_host_lists_what_is_missing_and_checks_no_patch(host):
+    host.systemd.update({"is-active": "inactive", "is-enabled": "not-found"})
+    state = host.read(patches=[], checksums={})
+    assert state["differences"] == [
+        "unit: %s is missing" % host.unit,
+        "environment: %s is missing" % host.env,
+        "service: sglang.service is inactive",
+        "service: sglang.service is not-found",
+        "venv: %s is missing" % host.venv,
+        "weights: %s is missing; weights: %s is missing" % tuple(host.weights),
+        "known-good: record is missing, declared fp-declared",
+    ]
+    assert state["patch"]["checked"] is False
+    assert state["known_good"]["problem"] is None
+
+
+def test_patch_set_that_cannot_be_checked_is_a_difference(host):
+    host.in_sync()
+    state = host.read(checksums={host.patch.name: "0" * 64})
+    assert state["patch"]["failed"] is True
+    assert state["differences"] == ["patch set: " + state["patch"]["msg"]]
+    assert "0001-ddtree.patch" in state["patch"]["msg"]
+
+
+def test_quarantine_record_is_read(host):
+    host.in_sync()
+    qdir = host.state_dir / "quarantine"
+    qdir.mkdir()
+    (qdir / "fp-declared.json").write_text(json.dumps({"since": "2026-12-03T10:00:00Z", "evidence": "/e/1"}))
+    state = host.read()
+    assert state["quarantine"]["exists"] is True
+    assert state["quarantine"]["record"]["evidence"] == "/e/1"
+
+
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        ("dangling", "which does not hold a record"),
+        ("no-link", "although 1 record(s)"),
+        ("checksum", "does not match its checksums"),
+        ("unit-gone", "does not match its checksums"),
+        ("bad-json", "does not match its checksums"),
+        ("no-meta", "holds a unit or environment but no meta.json"),
+    ],
+)
+def test_damaged_known_good_record_is_a_problem(host, damage, expected):
+    host.in_sync()
+    record = host.state_dir / "records" / "fp-declared"
+    link = host.state_dir / "known-good"
+    if damage == "dangling":
+        link.unlink()
+        link.symlink_to("records/gone")
+    elif damage == "no-link":
+        link.unlink()
+    elif damage == "checksum":
+        (record / "unit").write_text(UNIT + "# edited\n")
+    elif damage == "unit-gone":
+        (record / "unit").unlink()
+    elif damage == "bad-json":
+        (record / "meta.json").write_text("{not json")
+    elif damage == "no-meta":
+        (record / "meta.json").unlink()
+    problem = host.read()["known_good"]["problem"]
+    assert problem is not None and expected in problem, problem
+    assert str(link) in problem
+
+
+def test_new_host_without_records_has_no_problem(host):
+    assert host.read()["known_good"]["problem"] is None
+
+
+def test_venv_python_asked_when_lib_does_not_say(host, tmp_path):
+    (host.venv).mkdir()
+    calls = []
+
+    def runner(argv, **_kwargs):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "3.12\n", "")
+
+    assert st.venv_python_version(str(host.venv), "/usr/bin/python3.12", runner) == "3.12"
+    assert calls[0][0] == "/usr/bin/python3.12"
+
+
+def test_module_reads_state_without_change(run_module, host, tmp_path, monkeypatch):
+    host.in_sync()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "systemctl"
+    fake.write_text('#!/bin/sh\n[ "$1" = is-active ] && echo active || echo enabled\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    res = run_module("host_state", host.params(), check_mode=True)
+    assert not res.failed, res.result
+    assert res.result["changed"] is False
+    assert res.result["differences"] == []
+    assert res.result["live"]["active"] == "active"
+    res = run_module("host_state", host.params(fingerprint="fp-other"))
+    assert res.result["differences"] == ["known-good: record is fp-declared, declared fp-other"]

@@ -72,6 +72,20 @@ options:
     type: list
     elements: path
     default: []
+  gpu:
+    description:
+      - Also read the GPUs with nvidia-smi (the queries of M(gpu_facts)), so that C(in_sync) can tell
+        whether they are still those the known-good configuration was proven on.
+      - A GPU read that fails is not an error here; it is returned in C(gpu_error) and the host is
+        not in sync (preflight then fails with M(gpu_facts)' own message).
+    type: bool
+    default: false
+  nvidia_smi:
+    description: Path to nvidia-smi; when unset it is looked up on PATH.
+    type: path
+  lock_dir:
+    description: The host lock's directory (role host_lock); a lock held by any run makes the host not in sync.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -157,6 +171,25 @@ weights:
   returned: always
   type: list
   elements: dict
+gpu:
+  description: The GPU summary (as M(gpu_facts) returns in C(ansible_facts.gpu)), or null when not read.
+  returned: always
+  type: dict
+gpu_error:
+  description: Why the GPUs could not be read, or null.
+  returned: always
+  type: str
+lock:
+  description: Whether a run holds the host's lock (held) and its owner record (owner).
+  returned: always
+  type: dict
+in_sync:
+  description:
+    - Nothing to do. No difference, the known-good record intact and the declared configuration,
+      no quarantine, no lock held, and the GPUs those the known-good record was proven on
+      (its C(gpu) entry). A caller may then skip every later stage.
+  returned: always
+  type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -178,6 +211,9 @@ def main():
             patches=dict(type="list", elements="path", default=[]),
             checksums=dict(type="dict", default={}),
             weights=dict(type="list", elements="path", default=[]),
+            gpu=dict(type="bool", default=False),
+            nvidia_smi=dict(type="path"),
+            lock_dir=dict(type="path"),
         ),
         supports_check_mode=True,
     )

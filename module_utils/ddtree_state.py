@@ -11,14 +11,19 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 
 try:
+    from ansible.module_utils.ddtree_gpu import LIST_ARGS, QUERY_ARGS, gpu_facts_from_outputs
     from ansible.module_utils.ddtree_patch import PatchSetError, ensure_patchset
 except ImportError:
+    from ddtree_gpu import LIST_ARGS, QUERY_ARGS, gpu_facts_from_outputs
     from ddtree_patch import PatchSetError, ensure_patchset
 
 KG_FILES = ("meta.json", "unit", "env")
+# What of a host's GPUs the known-good record keeps (roles/known_good promote), and compares.
+GPU_KEYS = ("arch", "count", "names", "memory_total_mib")
 
 
 def file_digest(path, algorithm):
@@ -203,6 +208,48 @@ def check_patchset(site_packages, patches, checksums):
             "failed": False, "msg": ""}
 
 
+def read_gpu(nvidia_smi, runner=subprocess.run):
+    """(GPU summary as gpu_facts returns it, None) or (None, why it could not be read): never raises."""
+    binary = nvidia_smi or shutil.which("nvidia-smi")
+    if not binary:
+        return None, "nvidia-smi not found on PATH"
+    outputs = []
+    for args in (QUERY_ARGS, LIST_ARGS):
+        try:
+            proc = runner([binary] + list(args), capture_output=True, text=True, timeout=60, check=False,
+                          env=dict(os.environ, LC_ALL="C"))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, "%s: %s" % (binary, exc)
+        if proc.returncode != 0:
+            return None, "%s %s exited %d" % (binary, " ".join(args), proc.returncode)
+        outputs.append(proc.stdout)
+    try:
+        return gpu_facts_from_outputs(outputs[0], outputs[1]), None
+    except ValueError as exc:
+        return None, "nvidia-smi: %s" % exc
+
+
+def read_lock(lock_dir):
+    """Whether a run holds the host's lock (host_lock's directory), and its owner record."""
+    if not lock_dir or not os.path.isdir(lock_dir):
+        return {"held": False, "owner": None}
+    try:
+        owner = read_json(os.path.join(lock_dir, "owner.json"))
+    except ValueError:
+        owner = None
+    return {"held": True, "owner": owner}
+
+
+def gpu_unchanged(state):
+    """The GPUs are the ones the known-good configuration was proven on (same model, count,
+    architecture and memory): preflight's verdict for that configuration still holds."""
+    gpu, meta = state.get("gpu"), state["known_good"].get("meta") or {}
+    proven = meta.get("gpu")
+    if not gpu or not isinstance(proven, dict):
+        return False
+    return all(gpu.get(key) == proven.get(key) for key in GPU_KEYS)
+
+
 def read_state(params, runner=subprocess.run):
     """Everything the "does this host differ from its declared state?" decision needs, in one pass."""
     state_dir = params["state_dir"]
@@ -235,4 +282,20 @@ def read_state(params, runner=subprocess.run):
     state["known_good"]["problem"] = known_good_problem(state["known_good"], state_dir)
     state["differences"] = differences(state, params)
     state["pending_change"] = pending_change(state, params)
+    state["gpu"], state["gpu_error"] = read_gpu(params.get("nvidia_smi"), runner) if params.get("gpu") else (None, None)
+    state["lock"] = read_lock(params.get("lock_dir"))
+    state["in_sync"] = in_sync(state)
     return state
+
+
+def in_sync(state):
+    """Nothing to do on this host: no difference from the declared state (which includes its
+    known-good record being the declared configuration), the record intact, no quarantine, no
+    run holding the lock, and the GPUs those the configuration was proven on."""
+    return bool(
+        not state["differences"]
+        and state["known_good"]["problem"] is None
+        and not state["quarantine"]["exists"]
+        and not state["lock"]["held"]
+        and gpu_unchanged(state)
+    )

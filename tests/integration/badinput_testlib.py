@@ -42,8 +42,7 @@ PLAYBOOKS = {
 }
 VALIDATION_TASKS = {
     "Load the argument specs and limits of the entry points this playbook reaches (once)",
-    "Find inputs of the wrong type or out of range (no silent conversion)",
-    "Check types and ranges of every input",
+    "Check types and ranges of every input (no silent conversion)",
     "Validate every entry point's argument spec as the role will when it is entered",
     "Check that ddtree_canary is one of the targeted hosts",
     "Check that every name in -l and ddtree_hosts is a host or group of the inventory",

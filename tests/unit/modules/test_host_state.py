@@ -12,6 +12,7 @@ import pytest
 
 import ddtree_patch
 import ddtree_state as st
+from ddtree_testlib import A6000_LIST, A6000_QUERY
 
 UNIT = "[Service]\nExecStart=/opt/sglang/venvs/x/bin/python -m sglang.launch_server\n"
 ENV = "SGLANG_API_KEY=secret\n"
@@ -37,12 +38,18 @@ class Host:
         self.weights = [root / "models" / "target", root / "models" / "draft"]
         self.fingerprint = "fp-declared"
         self.systemd = {"is-active": "active", "is-enabled": "enabled"}
+        self.smi = (A6000_QUERY, A6000_LIST)
+        self.lock_dir = root / "run" / "lock"
         self.calls = []
 
     def runner(self, argv, **_kwargs):
         self.calls.append(argv)
         if argv[0] == "systemctl":
             return subprocess.CompletedProcess(argv, 0, self.systemd[argv[1]] + "\n", "")
+        if argv[0] == "/usr/bin/nvidia-smi":
+            if self.smi is None:
+                return subprocess.CompletedProcess(argv, 9, "", "NVIDIA-SMI has failed")
+            return subprocess.CompletedProcess(argv, 0, self.smi[0] if argv[1] != "-L" else self.smi[1], "")
         raise AssertionError("unexpected command %r" % argv)
 
     def params(self, **overrides):
@@ -60,6 +67,9 @@ class Host:
             "checksums": {self.patch.name: hashlib.sha256(self.patch.read_bytes()).hexdigest()}
             if self.patch.exists() else {},
             "weights": [str(w) for w in self.weights],
+            "gpu": True,
+            "nvidia_smi": "/usr/bin/nvidia-smi",
+            "lock_dir": str(self.lock_dir),
         }
         params.update(overrides)
         return params
@@ -90,8 +100,10 @@ class Host:
         record.mkdir(parents=True)
         (record / "unit").write_text(UNIT)
         (record / "env").write_text(ENV)
+        gpu = st.gpu_facts_from_outputs(A6000_QUERY, A6000_LIST)
         (record / "meta.json").write_text(json.dumps({
-            "fingerprint": fingerprint, "unit_sha256": sha(UNIT, "sha256"), "env_sha256": sha(ENV, "sha256")}))
+            "fingerprint": fingerprint, "unit_sha256": sha(UNIT, "sha256"), "env_sha256": sha(ENV, "sha256"),
+            "gpu": {key: gpu[key] for key in st.GPU_KEYS}}))
         link = self.state_dir / "known-good"
         if link.is_symlink():
             link.unlink()
@@ -117,8 +129,11 @@ def test_in_sync_host_has_no_difference(host):
                                    "exists": False, "record": None}
     assert state["patch"] == {"checked": True, "changed": False, "applied": [], "failed": False, "msg": ""}
     assert state["venv"]["python_version"] == "3.11"
-    # systemd asked twice, nothing else run (the venv's lib/ names its Python)
-    assert host.calls == [["systemctl", "is-active", "sglang.service"], ["systemctl", "is-enabled", "sglang.service"]]
+    assert state["in_sync"] is True and state["gpu"]["arch"] == "sm86" and state["gpu_error"] is None
+    assert state["lock"] == {"held": False, "owner": None}
+    # systemd asked twice and nvidia-smi twice, nothing else run (the venv's lib/ names its Python)
+    assert [c[:2] for c in host.calls] == [["systemctl", "is-active"], ["systemctl", "is-enabled"],
+                                          ["/usr/bin/nvidia-smi", st.QUERY_ARGS[0]], ["/usr/bin/nvidia-smi", "-L"]]
 
 
 def test_every_kind_of_difference_is_worded_for_the_report(host):
@@ -234,10 +249,53 @@ def test_module_reads_state_without_change(run_module, host, tmp_path, monkeypat
     fake.write_text('#!/bin/sh\n[ "$1" = is-active ] && echo active || echo enabled\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
-    res = run_module("host_state", host.params(), check_mode=True)
+    res = run_module("host_state", host.params(gpu=False), check_mode=True)
     assert not res.failed, res.result
     assert res.result["changed"] is False
     assert res.result["differences"] == []
     assert res.result["live"]["active"] == "active"
     res = run_module("host_state", host.params(fingerprint="fp-other"))
     assert res.result["differences"] == ["known-good: record is fp-declared, declared fp-other"]
+
+
+@pytest.mark.parametrize("change, why", [
+    ("gpu_swapped", "the GPUs are not those the configuration was proven on"),
+    ("gpu_unreadable", "nvidia-smi failed"),
+    ("record_without_gpu", "a record from before GPUs were recorded"),
+    ("lock_held", "another run holds the lock"),
+    ("quarantined", "the declared configuration is quarantined"),
+    ("no_difference_but_damaged", "the known-good record is damaged"),
+])
+def test_not_in_sync_unless_everything_holds(host, change, why):
+    host.in_sync()
+    record = host.state_dir / "records" / "fp-declared"
+    if change == "gpu_swapped":
+        host.smi = (A6000_QUERY.splitlines(True)[0], A6000_LIST.splitlines(True)[0])  # one card left
+    elif change == "gpu_unreadable":
+        host.smi = None
+    elif change == "record_without_gpu":
+        meta = json.loads((record / "meta.json").read_text())
+        del meta["gpu"]
+        (record / "meta.json").write_text(json.dumps(meta))
+    elif change == "lock_held":
+        host.lock_dir.mkdir(parents=True)
+        (host.lock_dir / "owner.json").write_text(json.dumps({"run": "other", "pid": 42}))
+    elif change == "quarantined":
+        (host.state_dir / "quarantine").mkdir()
+        (host.state_dir / "quarantine" / "fp-declared.json").write_text("{}")
+    elif change == "no_difference_but_damaged":
+        (record / "env").write_text(ENV + "X=1\n")
+    state = host.read()
+    assert state["in_sync"] is False, why
+    if change == "gpu_unreadable":
+        assert "exited 9" in state["gpu_error"] and state["gpu"] is None
+    if change == "lock_held":
+        assert state["lock"] == {"held": True, "owner": {"run": "other", "pid": 42}}
+    if change == "gpu_swapped":
+        assert state["gpu"]["count"] == 1 and state["differences"] == []
+
+
+def test_gpu_not_read_unless_asked(host):
+    state = host.in_sync().read(gpu=False)
+    assert state["gpu"] is None and state["gpu_error"] is None and state["in_sync"] is False
+    assert not any(c[0] == "/usr/bin/nvidia-smi" for c in host.calls)

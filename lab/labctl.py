@@ -564,16 +564,18 @@ def wait_ready(h: dict, pid: int, timeout: float = 90) -> float:
     return time.time() - t0
 
 
-def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1) -> None:
+def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1, first_slot: int = 1) -> None:
     if os.geteuid() != 0:
         raise SystemExit("lab: must run as root (network namespaces, mounts, nspawn)")
     if not 1 <= slots <= MAX_SLOTS:
         raise SystemExit(f"lab: --slots must be 1..{MAX_SLOTS}, not {slots}")
     if slots > 1 and fleet_file is not None:
         raise SystemExit("lab: --slots copies lab/fleet.json; it does not go with --fleet")
+    if not 1 <= first_slot <= max(slots - 1, 1):
+        raise SystemExit(f"lab: --first-slot must be 1..{max(slots - 1, 1)}, not {first_slot}")
     t0 = time.time()
     main_hosts = fleet(n_hosts, fleet_file)
-    slot_hosts = [h for k in range(1, slots) for h in slot_fleet(k)]
+    slot_hosts = [h for k in range(first_slot, slots) for h in slot_fleet(k)]
     hosts = main_hosts + slot_hosts
     # A slot host's disk starts as a copy of its main-lab host's seeded snapshot (lab/seed.sh
     # takes them): the seeded state is reached once per host, not once per slot.
@@ -612,9 +614,10 @@ def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1) -> N
         snapshot(h["name"])
     if fleet_file is None:
         write_inventory_hosts(main_hosts)
-        for k in range(1, slots):
+        for k in range(first_slot, slots):
             write_slot(k)
-        drop_stale_slots(slots)
+        if first_slot == 1:
+            drop_stale_slots(slots)
     log(f"lab up: {', '.join(h['name'] for h in hosts)} in {time.time() - t0:.1f}s")
 
 
@@ -886,6 +889,9 @@ def down(fleet_file: Path | None = None) -> None:
     if fleet_file is not None:  # only these hosts; the main lab and the mirror stay up
         for h in fleet(None, fleet_file):
             teardown_host(h)
+        slot_dir = fleet_file.resolve().parent
+        if slot_dir.parent == (STATE / "slots").resolve():   # a slot's hosts: its inventory goes too
+            shutil.rmtree(slot_dir, ignore_errors=True)
         return
     hosts = {h["name"]: h for h in fleet()}
     for h in known_hosts_on_disk():
@@ -948,6 +954,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--slots", type=int, default=1,
                       help="also boot slots 1..K-1: copies of lab/fleet.json for parallel test workers "
                            "(inventories under $DDTREE_LAB_STATE/slots/<k>/)")
+    p_up.add_argument("--first-slot", type=int, default=1,
+                      help="boot only slots F..K-1 (a test's own extra hosts next to the workers' slots)")
     p_down = sub.add_parser("down")
     p_down.add_argument("--fleet", type=Path, default=None, help="tear down only this fleet file's hosts")
     p_restart = sub.add_parser("restart", help="power-cycle one host (its disk survives)")
@@ -974,7 +982,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "image":
         build_image()
     elif args.cmd == "up":
-        up(args.hosts, args.fleet, args.slots)
+        up(args.hosts, args.fleet, args.slots, args.first_slot)
     elif args.cmd == "down":
         down(args.fleet)
     elif args.cmd == "restart":

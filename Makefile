@@ -26,7 +26,7 @@ lab-deps:  ## install the OS packages the lab and the tests need (apt, as root)
 	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
-$(VENV)/.stamp: requirements.txt
+$(VENV)/.stamp: requirements.txt ee/requirements.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@

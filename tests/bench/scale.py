@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """Scale benchmark for ddtree-fleet (not a pytest test: it prints numbers).
 
-For each fleet size N (default 1, 2, 4, 8) it boots N fresh lab hosts, then times
+For each fleet size N (default 1, 4, 16) it boots N fresh lab hosts, then times
 
   deploy   a full deploy on fresh hosts: venv + patch set + weights + unit + /health + gate +
            promotion (deploy_ddtree.yml with the known-good algorithm, NEXTN, as lab_seed.yml
-           does: every host, sm86 and sm120, ends promoted, rc 0);
-  noop     the same command again: every host must report changed=0;
+           does: every host, sm86 and sm120, ends promoted, rc 0); --deploy-repeat times;
+  noop     the same command again: every host must report changed=0; --repeat times;
+  drift1   one host drifted (its service stopped), then drift.yml: that host corrected, every
+           other one in sync; --repeat times;
   ddtree   (with --ddtree) deploy_ddtree.yml with its default algorithm DDTREE on the seeded
            hosts: sm120 hosts promote, sm86 hosts fail the gate by design and roll back (their
            rc != 0 is expected and recorded, not an error).
 
-and prints a table with T(N) and T(N)/T(1). Results go to artifacts/scale.json (one entry per
+and prints a table with min / median / max of T(N), the median's ratio to 1 host, and the tasks
+each host went through in the no-op (from PLAY RECAP: ok + changed + skipped + failed; tasks that
+run once per run count for the first host only, so the median over the hosts is the per-host
+cost, free of timing noise). Results go to artifacts/scale.json (one entry per
 --label, so a "before" and an "after" run sit side by side) and artifacts/scale.md.
 
-Hosts. By default the benchmark boots a fleet of its own next to the main lab (sc01..sc08 at
-10.213.41-48.x, a6000x2 / rtxpro6000x8 alternating) with `labctl up --fleet`, reaches it
+Hosts. By default the benchmark boots a fleet of its own next to the main lab (sc01..sc16 at
+10.213.100-115.x, a6000x2 / rtxpro6000x8 alternating) with `labctl up --fleet`, reaches it
 through a generated inventory (a temp dir with hosts.yml and a link to inventory/lab/group_vars)
 and tears it down at the end: ct129 / ct200 are never touched. --use-lab measures the default
 lab instead (ct129, ct200, lab03.. of `labctl up --hosts N`, default inventory with -l): its
@@ -25,8 +30,10 @@ hosts are torn down and booted fresh for every size, and the lab is left as
 Controller-side reports and evidence go to a temp dir (-e drift_report_dir / known_good_artifacts_dir),
 so concurrent users of artifacts/deploy/latest.json are not disturbed.
 
-  .venv/bin/python tests/bench/scale.py [--sizes 1,2,4,8] [--repeat 1] [--forks 20]
-        [--label after] [--ddtree] [--use-lab] [--keep]
+  .venv/bin/python tests/bench/scale.py [--sizes 1,4,16] [--repeat 3] [--deploy-repeat 1]
+        [--forks 20] [--label after] [--ddtree] [--use-lab] [--keep]
+
+Run it with nothing else running on the machine (the numbers are CPU-bound on 2 cores).
 """
 from __future__ import annotations
 
@@ -56,7 +63,9 @@ def log(msg: str) -> None:
 
 
 def own_fleet(n: int) -> list[dict]:
-    return [{"name": f"sc{i + 1:02d}", "index": 41 + i, "profile": PROFILES[i % 2]} for i in range(n)]
+    # 10.213.100-115.x: apart from the main lab (1-8), molecule (21-32), the bad-input host (51)
+    # and the lab slots (62-91), so the benchmark may run while those are up.
+    return [{"name": f"sc{i + 1:02d}", "index": 100 + i, "profile": PROFILES[i % 2]} for i in range(n)]
 
 
 def lab_fleet(n: int) -> list[dict]:
@@ -140,42 +149,62 @@ def run_playbook(argv: list[str], env: dict, log_path: Path) -> dict:
             "slowest": [[k, round(v, 2)] for k, v in slowest], "log": str(log_path)}
 
 
-def measure_size(n: int, args, tmp: Path, rep: int) -> dict:
+def tasks_per_host(recap: dict) -> dict:
+    """Task results per host of one run (ok + changed + skipped + failed), their median and max."""
+    counts = {h: sum(c.get(k, 0) for k in ("ok", "changed", "skipped", "failed")) for h, c in recap.items()}
+    values = sorted(counts.values())
+    return {"per_host": counts, "median": median(values) if values else 0, "max": max(values, default=0)}
+
+
+def measure_size(n: int, args, tmp: Path) -> list[dict]:
+    """Boot n fresh hosts, deploy (args.deploy_repeat times, fresh disks each time), then the
+    no-op and the one-drifted-host drift run args.repeat times each."""
     hosts = (lab_fleet if args.use_lab else own_fleet)(n)
     names = [h["name"] for h in hosts]
     all_hosts = (lab_fleet if args.use_lab else own_fleet)(max(args.sizes))
     every = write_fleet(tmp / "fleet-all.json", all_hosts)
-    log(f"N={n} (#{rep + 1}): fresh hosts {', '.join(names)}")
-    labctl("down", "--fleet", str(every))  # fresh disks: a full deploy really installs everything
-    if args.use_lab:
-        boot_s = labctl("up", "--hosts", str(n))
-        base = ["-l", ",".join(names)]
-    else:
-        boot_s = labctl("up", "--fleet", str(write_fleet(tmp / f"fleet-{n}.json", hosts)))
-        base = ["-i", str(write_inventory(tmp / f"inventory-{n}", hosts))]
-    log(f"N={n}: booted in {boot_s:.1f}s")
-    common = [str(VENV_BIN / "ansible-playbook"), "deploy_ddtree.yml", *base, "-f", str(args.forks),
-              "-e", f"drift_report_dir={tmp / 'reports'}", "-e", f"known_good_artifacts_dir={tmp / 'evidence'}"]
     env = ansible_env(tmp)
-    result = {"hosts": n, "names": names, "boot_s": round(boot_s, 1), "repeat": rep + 1}
     known_good = ["-e", "sglang_speculative_algorithm=NEXTN"]
-    for phase, extra in (("deploy", known_good), ("noop", known_good)):
-        r = run_playbook(common + extra, env, tmp / f"{phase}-{n}-{rep + 1}.log")
-        changed = {h: c.get("changed", -1) for h, c in r["recap"].items()}
-        r["changed"] = changed
-        problems = []
-        if r["rc"] != 0:
-            problems.append(f"rc {r['rc']}")
-        if sorted(r["recap"]) != sorted(names):
-            problems.append(f"recap names {sorted(r['recap'])}")
-        if phase == "noop" and any(c != 0 for c in changed.values()):
-            problems.append(f"changed != 0: {changed}")
-        r["ok"] = not problems
-        log(f"N={n}: {phase:6s} {r['seconds']:7.1f}s rc={r['rc']} changed={sum(max(c, 0) for c in changed.values())}"
-            + (f"  PROBLEM: {'; '.join(problems)} (log {r['log']})" if problems else ""))
-        result[phase] = r
+    points = []
+    for rep in range(max(args.deploy_repeat, 1)):
+        log(f"N={n} (deploy #{rep + 1}): fresh hosts {', '.join(names)}")
+        labctl("down", "--fleet", str(every))  # fresh disks: a full deploy really installs everything
+        if args.use_lab:
+            boot_s = labctl("up", "--hosts", str(n))
+            base = ["-l", ",".join(names)]
+        else:
+            boot_s = labctl("up", "--fleet", str(write_fleet(tmp / f"fleet-{n}.json", hosts)))
+            base = ["-i", str(write_inventory(tmp / f"inventory-{n}", hosts))]
+        log(f"N={n}: booted in {boot_s:.1f}s")
+        outputs = ["-f", str(args.forks), "-e", f"drift_report_dir={tmp / 'reports'}",
+                   "-e", f"drift_textfile_dir={tmp / 'reports'}", "-e", f"known_good_artifacts_dir={tmp / 'evidence'}"]
+        deploy = [str(VENV_BIN / "ansible-playbook"), "deploy_ddtree.yml", *base, *outputs]
+        drift = [str(VENV_BIN / "ansible-playbook"), "drift.yml", *base, *outputs]
+        result = {"hosts": n, "names": names, "boot_s": round(boot_s, 1), "repeat": rep + 1}
+        r = run_playbook(deploy + known_good, env, tmp / f"deploy-{n}-{rep + 1}.log")
+        result["deploy"] = _judge(n, "deploy", r, names)
+        points.append(result)
+    last = points[-1]
+    for rep in range(args.repeat):
+        result = {"hosts": n, "names": names, "repeat": rep + 1}
+        r = run_playbook(deploy + known_good, env, tmp / f"noop-{n}-{rep + 1}.log")
+        result["noop"] = _judge(n, "noop", r, names)
+        drifted = names[rep % n]
+        stop = subprocess.run([str(VENV_BIN / "ansible"), *base, drifted, "-m", "ansible.builtin.systemd_service",
+                               "-a", "name=sglang.service state=stopped"], cwd=REPO, env=env,
+                              capture_output=True, text=True, check=False)
+        r = run_playbook(drift + known_good, env, tmp / f"drift1-{n}-{rep + 1}.log")
+        report = {}
+        latest = tmp / "reports" / "latest.json"
+        if latest.exists():
+            report = {e["host"]: e["status"] for e in json.loads(latest.read_text()).get("hosts", [])}
+        expected = {h: ("corrected" if h == drifted else "in_sync") for h in names}
+        result["drift1"] = _judge(n, "drift1", r, names,
+                                  extra=[] if stop.returncode == 0 and report == expected
+                                  else [f"statuses {report}, expected {expected} (stop rc {stop.returncode})"])
+        points.append(result)
     if args.ddtree:
-        r = run_playbook(common, env, tmp / f"ddtree-{n}-{rep + 1}.log")
+        r = run_playbook(deploy, env, tmp / f"ddtree-{n}.log")
         report = {}
         latest = tmp / "reports" / "latest.json"
         if latest.exists():
@@ -185,8 +214,26 @@ def measure_size(n: int, args, tmp: Path, rep: int) -> dict:
         r["ok"] = report == expected
         log(f"N={n}: ddtree {r['seconds']:7.1f}s rc={r['rc']} outcomes={report}"
             + ("" if r["ok"] else f"  PROBLEM: expected {expected} (log {r['log']})"))
-        result["ddtree"] = r
-    return result
+        last["ddtree"] = r
+    return points
+
+
+def _judge(n: int, phase: str, r: dict, names: list[str], extra: list[str] | None = None) -> dict:
+    changed = {h: c.get("changed", -1) for h, c in r["recap"].items()}
+    r["changed"] = changed
+    r["tasks_per_host"] = tasks_per_host(r["recap"])
+    problems = list(extra or [])
+    if r["rc"] != 0:
+        problems.append(f"rc {r['rc']}")
+    if sorted(r["recap"]) != sorted(names):
+        problems.append(f"recap names {sorted(r['recap'])}")
+    if phase == "noop" and any(c != 0 for c in changed.values()):
+        problems.append(f"changed != 0: {changed}")
+    r["ok"] = not problems
+    log(f"N={n}: {phase:6s} {r['seconds']:7.1f}s rc={r['rc']} changed={sum(max(c, 0) for c in changed.values())}"
+        f" tasks/host median {r['tasks_per_host']['median']} max {r['tasks_per_host']['max']}"
+        + (f"  PROBLEM: {'; '.join(problems)} (log {r['log']})" if problems else ""))
+    return r
 
 
 def median(xs: list[float]) -> float:
@@ -202,7 +249,9 @@ def summarise(points: list[dict], phases: list[str]) -> dict:
         for ph in phases:
             ts = [p[ph]["seconds"] for p in points if p["hosts"] == n and ph in p]
             if ts:
-                row[ph] = {"median_s": round(median(ts), 1), "min_s": min(ts), "max_s": max(ts), "runs": len(ts)}
+                row[ph] = {"median_s": round(median(ts), 1), "min_s": min(ts), "max_s": max(ts), "runs": len(ts),
+                           "tasks_per_host": median([p[ph]["tasks_per_host"]["median"] for p in points
+                                                     if p["hosts"] == n and ph in p and "tasks_per_host" in p[ph]] or [0])}
         table[str(n)] = row
     first = table.get("1", {})
     for row in table.values():
@@ -227,6 +276,7 @@ def render_md(data: dict) -> str:
                 ratio = f" ({c['ratio_to_1']:.2f}x)" if c and "ratio_to_1" in c else ""
                 cells.append(f"{c['median_s']:.1f}{ratio}"
                              + (f" [{c['min_s']:.0f}-{c['max_s']:.0f}, {c['runs']} runs]" if c['runs'] > 1 else "")
+                             + f", {c['tasks_per_host']:g} tasks/host"
                              if c else "-")
             out.append(f"| {n} | " + " | ".join(cells) + " |")
         if run.get("note"):
@@ -245,20 +295,22 @@ def machine() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="1,2,4,8", help="fleet sizes, comma-separated (max 8)")
-    ap.add_argument("--repeat", type=int, default=1, help="measure every size this many times (median reported)")
+    ap.add_argument("--sizes", default="1,4,16", help="fleet sizes, comma-separated (max 16)")
+    ap.add_argument("--repeat", type=int, default=3, help="no-op and drift runs per size (min/median/max reported)")
+    ap.add_argument("--deploy-repeat", type=int, default=1,
+                    help="deploys from fresh hosts per size (each boots fresh disks; default 1)")
     ap.add_argument("--forks", type=int, default=20, help="ansible-playbook -f (default 20)")
     ap.add_argument("--label", default="run", help="name of this measurement in artifacts/scale.json (e.g. before, after)")
     ap.add_argument("--note", default="", help="free text stored with the measurement (e.g. what ran concurrently)")
     ap.add_argument("--ddtree", action="store_true", help="also time the DDTREE deploy on the seeded hosts")
     ap.add_argument("--use-lab", action="store_true",
-                    help="measure the default lab (ct129, ct200, lab03..) instead of an own fleet sc01..sc08")
+                    help="measure the default lab (ct129, ct200, lab03..) instead of an own fleet sc01..sc16")
     ap.add_argument("--keep", action="store_true", help="leave the hosts of the last size running")
     ap.add_argument("--out", type=Path, default=ARTIFACTS, help="where scale.json and scale.md go")
     args = ap.parse_args()
     args.sizes = sorted({int(x) for x in args.sizes.split(",") if x.strip()})
-    if not args.sizes or args.sizes[0] < 1 or args.sizes[-1] > 8:
-        ap.error("--sizes: between 1 and 8 hosts")
+    if not args.sizes or args.sizes[0] < 1 or args.sizes[-1] > (8 if args.use_lab else 16):
+        ap.error("--sizes: between 1 and 16 hosts (8 with --use-lab)")
     if os.geteuid() != 0:
         ap.error("run as root (labctl boots the hosts)")
     tmp = Path(tempfile.mkdtemp(prefix="ddtree-scale-"))
@@ -266,10 +318,9 @@ def main() -> int:
     points: list[dict] = []
     every = write_fleet(tmp / "fleet-all.json", (lab_fleet if args.use_lab else own_fleet)(args.sizes[-1]))
     try:
-        for rep in range(args.repeat):
-            for n in args.sizes:
-                points.append(measure_size(n, args, tmp, rep))
-                (tmp / "points.json").write_text(json.dumps(points, indent=2) + "\n")  # partial results
+        for n in args.sizes:
+            points.extend(measure_size(n, args, tmp))
+            (tmp / "points.json").write_text(json.dumps(points, indent=2) + "\n")  # partial results
     finally:
         if args.use_lab:
             log(f"leaving the lab as `make lab-up N={args.sizes[-1]}` does")
@@ -279,13 +330,16 @@ def main() -> int:
         elif not args.keep:
             labctl("down", "--fleet", str(every))
             log("benchmark fleet torn down")
-    phases = ["deploy", "noop"] + (["ddtree"] if args.ddtree else [])
+    phases = ["deploy", "noop", "drift1"] + (["ddtree"] if args.ddtree else [])
     table = summarise(points, phases)
     print()
-    print(f"{'hosts':>5} " + " ".join(f"{ph + ' s':>10} {'T/T1':>6}" for ph in phases))
+    print(f"{'hosts':>5} {'phase':>7} {'runs':>4} {'min s':>8} {'median s':>9} {'max s':>8} {'T/T1':>6} {'tasks/host':>10}")
     for n, row in table.items():
-        print(f"{n:>5} " + " ".join(f"{row[ph]['median_s']:>10.1f} {row[ph].get('ratio_to_1', 1):>6.2f}"
-                                    if ph in row else f"{'-':>10} {'-':>6}" for ph in phases))
+        for ph in phases:
+            if ph in row:
+                c = row[ph]
+                print(f"{n:>5} {ph:>7} {c['runs']:>4} {c['min_s']:>8.1f} {c['median_s']:>9.1f} {c['max_s']:>8.1f}"
+                      f" {c.get('ratio_to_1', 1):>6.2f} {c['tasks_per_host']:>10}")
     ok = all(p[ph]["ok"] for p in points for ph in phases if ph in p)
     print(f"\nall runs as expected: {ok}  (logs under {tmp})")
     args.out.mkdir(parents=True, exist_ok=True)

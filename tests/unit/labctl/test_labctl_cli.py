@@ -156,6 +156,21 @@ def test_up_refuses_bad_slot_counts(state, monkeypatch):
         labctl.up(None, None, slots=0)
     with pytest.raises(SystemExit, match="does not go with --fleet"):
         labctl.up(None, state / "f.json", slots=2)
+    for first in (0, 16):
+        with pytest.raises(SystemExit, match="--first-slot must be 1..15"):
+            labctl.up(None, None, slots=16, first_slot=first)
+
+
+def test_down_of_a_slots_fleet_removes_its_inventory_too(state, monkeypatch):
+    """A test's own slots (up --first-slot) go with `down --fleet <slot>/fleet.json`."""
+    monkeypatch.setattr(labctl.os, "geteuid", lambda: 0)
+    torn = []
+    monkeypatch.setattr(labctl, "teardown_host", lambda h, quiet=False: torn.append(h["name"]))
+    slot = labctl.write_slot(12)
+    other = labctl.write_slot(13)
+    labctl.down(slot / "fleet.json")
+    assert torn == ["s12-ct129", "s12-ct200"]
+    assert not slot.exists() and other.exists()
 
 
 def test_reset_needs_a_snapshot_and_names_the_command(state, monkeypatch):

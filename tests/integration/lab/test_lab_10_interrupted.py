@@ -45,8 +45,13 @@ def test_controller_killed_mid_change_host_restores_itself_and_next_run_finishes
         raise AssertionError("the watchdog did not restore the known-good unit")
     restored_after = time.monotonic() - killed_at
     assert labkit.sha256("ct129", labkit.ENV_FILE)[labkit.ENV_FILE] == kg["env_sha256"]
-    journal = labkit.ssh("ct129", "journalctl -u ddtree-fleet-watchdog --no-pager -o cat").stdout
-    assert "restored known-good" in journal
+    # The watchdog logs its line once the restored service is restarted, after the files are back.
+    def watchdog_said_so():
+        journal = labkit.ssh("ct129", "journalctl -u ddtree-fleet-watchdog --no-pager -o cat").stdout
+        return "restored known-good" in journal
+
+    labkit.wait_until(watchdog_said_so, timeout=90, interval=1,
+                      what="the watchdog's 'restored known-good' journal line")
     # The restarted known-good service comes up (port closed, then /health) and passes the probe.
     deadline = time.monotonic() + 90
     while True:

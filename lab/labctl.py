@@ -340,6 +340,26 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
+# Every container's systemd (and its user manager) takes inotify instances from the one host UID
+# they all run as; the kernel's default of 128 runs out at about a dozen hosts, and the next
+# host boots degraded (user@0.service failed).
+INOTIFY_INSTANCES_PER_HOST = 32
+INOTIFY_INSTANCES_SYSCTL = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def ensure_inotify_instances(n_hosts: int) -> None:
+    """Raise fs.inotify.max_user_instances to room for n_hosts more containers (never lower it)."""
+    try:
+        current = int(INOTIFY_INSTANCES_SYSCTL.read_text())
+    except (OSError, ValueError):
+        return
+    running = len(list((STATE / "hosts").glob("*"))) if (STATE / "hosts").is_dir() else 0
+    wanted = 128 + INOTIFY_INSTANCES_PER_HOST * (running + n_hosts)
+    if wanted > current:
+        INOTIFY_INSTANCES_SYSCTL.write_text(f"{wanted}\n")
+        log(f"fs.inotify.max_user_instances {current} -> {wanted} (room for {running + n_hosts} lab hosts)")
+
+
 def ensure_lo_addr() -> None:
     out = run(["ip", "-o", "addr", "show", "dev", "lo"], capture=True).stdout
     if f"{MIRROR_ADDR}/32" not in out:
@@ -588,6 +608,7 @@ def up(n_hosts: int | None, fleet_file: Path | None = None, slots: int = 1, firs
     base = build_image()
     ensure_ssh_key()
     start_mirror()
+    ensure_inotify_instances(len(hosts))
     booted = []
     cloned = []
     for h in hosts:

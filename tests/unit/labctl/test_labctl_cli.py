@@ -213,3 +213,16 @@ def test_stale_slot_directories_are_dropped(state):
     (state / "slots" / "junk").mkdir()
     labctl.drop_stale_slots(3)   # slots 1 and 2 are kept (up is booting them); 5 runs nowhere
     assert sorted(p.name for p in (state / "slots").iterdir()) == ["1", "2"]
+
+
+def test_inotify_instances_are_raised_for_many_hosts_never_lowered(state, monkeypatch, tmp_path):
+    sysctl = tmp_path / "max_user_instances"
+    monkeypatch.setattr(labctl, "INOTIFY_INSTANCES_SYSCTL", sysctl)
+    for name in ("ct129", "ct200"):
+        (state / "hosts" / name).mkdir(parents=True)
+    sysctl.write_text("128\n")
+    labctl.ensure_inotify_instances(16)          # 2 running + 16 booting
+    assert int(sysctl.read_text()) == 128 + labctl.INOTIFY_INSTANCES_PER_HOST * 18
+    sysctl.write_text("100000\n")
+    labctl.ensure_inotify_instances(16)
+    assert sysctl.read_text() == "100000\n"

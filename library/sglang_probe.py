@@ -85,13 +85,48 @@ options:
   baseline:
     description:
       - A previous report (the RV(report) of this module or of C(ddtree-probe probe)) taken from
-        the known-good service with the same prompts. Outputs are compared (first divergence,
-        not byte equality); known-answer prompts must still pass their own O(prompts[].expect).
+        the known-good service with the same prompts. Each greedy output is compared with the
+        baseline's, token by token (O(agreement)); known-answer prompts must still pass their own
+        O(prompts[].expect).
     type: dict
   min_speed_ratio:
     description:
       - Fail when the median per-prompt tokens/s ratio (this run / O(baseline)) is below this.
     type: float
+  agreement:
+    description:
+      - With O(baseline), what a greedy output that leaves the baseline's tokens does.
+        Speculative decoding is lossless, so a divergence where the baseline was confident
+        (top-2 logprob margin at least O(near_tie_margin)) before token O(agreement_tokens) is a
+        lossless violation; a divergence at a near tie is numerics and only warns.
+      - C(fail) fails the verdict on a violation, C(warn) reports it as a warning, C(off) skips
+        the comparison.
+    type: str
+    choices: [fail, warn, off]
+    default: fail
+  agreement_tokens:
+    description:
+      - Output token index before which a confident divergence fails; later ones warn, unless
+        more than O(max_late_divergences) prompts diverge confidently.
+    type: int
+    default: 64
+  near_tie_margin:
+    description:
+      - Baseline top-1 minus top-2 logprob (nats) below which a divergence is a near tie.
+    type: float
+    default: 0.5
+  max_late_divergences:
+    description: Prompts allowed to diverge confidently at or after O(agreement_tokens).
+    type: int
+    default: 1
+  top_logprobs:
+    description:
+      - Alternatives per output token asked of C(/generate) (C(return_logprob),
+        C(top_logprobs_num)); the report keeps each position's top-2 margin so that a later
+        comparison against it can tell near ties. 0 asks for none (every divergence then counts
+        as confident).
+    type: int
+    default: 2
   fail_on:
     description:
       - Verdicts that fail the task. Empty (the default) never fails it because of a verdict.
@@ -167,8 +202,11 @@ detection_seconds:
 report:
   description:
     - The full probe report (verdict, reasons, detection_seconds, started_at, url, endpoint,
-      per-prompt results with excerpt, ttft_s, tokens_per_s, completion_tokens,
-      spec_accept_length, the server_info subset, the baseline comparison and the thresholds).
+      per-prompt results with excerpt, output, output_ids, top_margins, ttft_s, tokens_per_s,
+      completion_tokens, spec_accept_length, the server_info subset, the thresholds, and the
+      baseline comparison, with per prompt the agreement status (identical, near_tie, violation,
+      late), the token index and baseline margin where the outputs part, and both
+      continuations).
     - Never contains the API key. Can be passed as O(baseline) to a later run.
   returned: always
   type: dict
@@ -208,6 +246,11 @@ def main():
             min_accept_length=dict(type="float"),
             baseline=dict(type="dict"),
             min_speed_ratio=dict(type="float"),
+            agreement=dict(type="str", default="fail", choices=["fail", "warn", "off"]),
+            agreement_tokens=dict(type="int", default=64),
+            near_tie_margin=dict(type="float", default=0.5),
+            max_late_divergences=dict(type="int", default=1),
+            top_logprobs=dict(type="int", default=2),
             fail_on=dict(type="list", elements="str", default=[],
                          choices=["fail", "inconclusive"]),
         ),
@@ -221,7 +264,10 @@ def main():
             stall_timeout=p["stall_timeout"], ttft_timeout=p["ttft_timeout"],
             rate_window_s=p["rate_window_s"], request_timeout=p["request_timeout"],
             min_accept_length=p["min_accept_length"], baseline=p["baseline"],
-            min_speed_ratio=p["min_speed_ratio"])
+            min_speed_ratio=p["min_speed_ratio"], top_logprobs=p["top_logprobs"],
+            agreement=dict(mode=p["agreement"], tokens=p["agreement_tokens"],
+                           near_tie_margin=p["near_tie_margin"],
+                           max_late=p["max_late_divergences"]))
     except (ProbeError, ValueError) as exc:
         module.fail_json(msg="sglang_probe cannot run: %s" % exc, changed=False,
                          verdict="inconclusive", passed=False, reasons=[str(exc)])

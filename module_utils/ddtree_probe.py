@@ -7,7 +7,9 @@ tokens/s.  ``run_probe()`` sends known-answer prompts through the streaming
 inter-chunk gaps and tokens/s while the answer streams, stops early when the
 server stalls or crawls, judges the text (``ddtree_textcheck.assess``), reads
 ``/server_info`` for the speculative accept length and compares with a
-baseline report.  The result is a JSON-serialisable report whose ``verdict``
+baseline report: the speed ratio, and each greedy output token by token
+(``ddtree_agreement``: a confident early divergence is a lossless violation).
+The result is a JSON-serialisable report whose ``verdict``
 is ``pass``, ``fail`` (the server is broken) or ``inconclusive`` (the probe
 could not measure: nothing listening, credentials refused, no data).
 
@@ -30,8 +32,10 @@ import urllib.parse
 import urllib.request
 
 try:
+    from ansible.module_utils import ddtree_agreement as agreement_rules
     from ansible.module_utils.ddtree_textcheck import assess  # noqa: F401
 except ImportError:
+    import ddtree_agreement as agreement_rules
     from ddtree_textcheck import assess  # noqa: F401
 
 PASS = "pass"
@@ -50,6 +54,13 @@ EARLY_RATE_FRACTION = 0.25
 # Answers shorter than this are not judged on speed (a 1-token "4" has no rate).
 MIN_TOKENS_FOR_RATE = 8
 DEFAULT_MAX_TOKENS = 64
+# What roles/quality_gate/defaults/main.yml sets (a unit test keeps them equal):
+# `ddtree-probe probe` applies the same floors by default, so the CLI and the gate judge alike.
+GATE_DEFAULTS = {"min_tokens_per_s": 5.0, "rate_window_s": 3.0, "stall_timeout": 5.0,
+                 "ttft_timeout": 8.0, "min_speed_ratio": 0.5}
+# Alternatives per output token asked of /generate (return_logprob): the baseline's top-2 margin
+# tells a near tie (numerics) from a lossless violation (ddtree_agreement).
+DEFAULT_TOP_LOGPROBS = 2
 EXCERPT_CHARS = 200
 OUTPUT_KEEP_CHARS = 4000
 DIVERGENCE_CONTEXT = 30
@@ -392,6 +403,7 @@ class _Accumulator:
         self.endpoint = endpoint
         self.text = ""
         self.ids: list = []
+        self.margins: list = []
         self.tokens = 0
         self.chunks_with_text = 0
         self.finish_reason = None
@@ -439,6 +451,13 @@ class _Accumulator:
                     self.ids.extend(ids)
                 else:
                     self.ids = list(ids)
+            top = meta.get("output_top_logprobs")
+            if isinstance(top, list) and top:
+                new = agreement_rules.margins_from_top_logprobs(top)
+                if len(self.margins) + len(new) == len(self.ids) and len(new) != len(self.ids):
+                    self.margins.extend(new)      # incremental streaming output
+                else:
+                    self.margins = new
             if ct is not None:
                 self.tokens = max(self.tokens, int(ct))
             elif isinstance(ids, list):
@@ -454,7 +473,7 @@ class _Accumulator:
         return (self.tokens, len(self.text)) != before
 
 
-def _request_for(endpoint, item, model):
+def _request_for(endpoint, item, model, top_logprobs=0):
     if endpoint == "completions":
         path = "/v1/completions"
         body = {"model": model or "default", "prompt": item["prompt"],
@@ -467,6 +486,8 @@ def _request_for(endpoint, item, model):
                                     "repetition_penalty": 1.0, "frequency_penalty": 0.0,
                                     "presence_penalty": 0.0},
                 "stream": True}
+        if top_logprobs:
+            body.update(return_logprob=True, top_logprobs_num=top_logprobs)
     return path, json.dumps(body).encode()
 
 
@@ -474,7 +495,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                  min_tokens_per_s=DEFAULT_MIN_TOKENS_PER_S, stall_timeout=DEFAULT_STALL_TIMEOUT,
                  ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,
                  request_timeout=DEFAULT_REQUEST_TIMEOUT, prior_tokens=0, prior_seconds=0.0,
-                 clock=time.monotonic) -> dict:
+                 top_logprobs=DEFAULT_TOP_LOGPROBS, clock=time.monotonic) -> dict:
     """Stream one prompt and judge it.
 
     ``prior_tokens`` / ``prior_seconds`` are the totals of the prompts already run: once
@@ -490,7 +511,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
            "ttft_s": None, "tokens_per_s": None, "elapsed_s": None, "max_gap_s": None,
            "finish_reason": None, "spec_accept_length": None, "http_status": None,
            "reached": False}
-    path, body = _request_for(endpoint, item, model)
+    path, body = _request_for(endpoint, item, model, top_logprobs)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
                "User-Agent": "ddtree-probe/1"}
     if api_key:
@@ -522,6 +543,10 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
         res["finish_reason"] = acc.finish_reason
         res["spec_accept_length"] = acc.spec_accept_length
         res["output"] = acc.text[:OUTPUT_KEEP_CHARS]
+        if acc.ids:
+            res["output_ids"] = list(acc.ids)
+        if acc.margins:
+            res["top_margins"] = list(acc.margins)
         res["excerpt"] = acc.text[:EXCERPT_CHARS]
 
     try:
@@ -768,14 +793,20 @@ def _rate_ok(p):
             and (p.get("completion_tokens") or 0) >= MIN_TOKENS_FOR_RATE)
 
 
-def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=None):
+def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=None,
+                          agreement=None):
     """Compare per-prompt results with a baseline report.
 
+    Speed: the median per-prompt tokens/s ratio against ``min_speed_ratio``.  Agreement: each
+    prompt's greedy output against the baseline's under the ``agreement`` rule
+    (ddtree_agreement: a confident early divergence is a lossless violation, a near tie is not).
     Returns (section, fail_reasons, inconclusive_reasons, warnings).
     """
+    rule = agreement or agreement_rules.default_rule()
     section = {"url": baseline.get("url"), "verdict": baseline.get("verdict"),
                "started_at": baseline.get("started_at"), "prompts": [],
-               "speed_ratio": None, "min_speed_ratio": min_speed_ratio, "warnings": []}
+               "speed_ratio": None, "min_speed_ratio": min_speed_ratio, "agreement": rule,
+               "warnings": []}
     fails, inconcl = [], []
     base_prompts = baseline.get("prompts") or []
     by_name = {p.get("name"): p for p in base_prompts if isinstance(p, dict)}
@@ -785,6 +816,7 @@ def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=N
         section["warnings"].append("baseline_not_passing: baseline verdict is %r; its outputs "
                                    "and speed are not trusted" % baseline.get("verdict"))
     ratios = []
+    judged = []
     for p in prompts:
         if p.get("verdict") == NOT_RUN:
             continue
@@ -799,6 +831,9 @@ def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=N
         div = first_divergence(b_out.strip(), c_out.strip())
         entry["identical"] = div is None
         entry["first_divergence"] = div
+        if p.get("verdict") == PASS and rule["mode"] != "off":
+            entry["agreement"] = agreement_rules.compare(b, p, rule)
+            judged.append((p["name"], entry["agreement"]))
         if _rate_ok(p) and _rate_ok(b):
             r = p["tokens_per_s"] / b["tokens_per_s"]
             entry["speed_ratio"] = _round(r)
@@ -809,6 +844,10 @@ def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=N
         mid = len(ratios) // 2
         median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
         section["speed_ratio"] = _round(median)
+    if baseline_ok:
+        agree_fails, agree_warns = agreement_rules.judge(judged, rule)
+        fails.extend(agree_fails)
+        section["warnings"].extend(agree_warns)
     if min_speed_ratio:
         if not baseline_ok:
             pass  # warned above; a broken baseline cannot fail the candidate
@@ -829,7 +868,8 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
               min_tokens_per_s=DEFAULT_MIN_TOKENS_PER_S, stall_timeout=DEFAULT_STALL_TIMEOUT,
               ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,
               request_timeout=DEFAULT_REQUEST_TIMEOUT, min_accept_length=None,
-              baseline=None, min_speed_ratio=None, read_server_info=True,
+              baseline=None, min_speed_ratio=None, agreement=None,
+              top_logprobs=DEFAULT_TOP_LOGPROBS, read_server_info=True,
               clock=time.monotonic) -> dict:
     """Probe a server and return the report dict (see module docstring)."""
     start = clock()
@@ -842,6 +882,17 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
             raise ProbeError("%s must be > 0" % name)
     if baseline is not None and not isinstance(baseline, dict):
         raise ProbeError("baseline must be a previous report (a dict)")
+    if agreement is None or isinstance(agreement, str):
+        agreement = agreement_rules.make_rule(mode=agreement)
+    elif isinstance(agreement, dict):
+        agreement = agreement_rules.make_rule(**{k: agreement.get(k) for k in
+                                                 ("mode", "tokens", "near_tie_margin",
+                                                  "max_late")})
+    else:
+        raise ProbeError("agreement must be a mode (%s) or a rule dict"
+                         % ", ".join(agreement_rules.MODES))
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
+        raise ProbeError("top_logprobs must be an integer >= 0")
     items = normalise_prompts(prompts)
     urllib.parse.urlsplit(url)  # raises ValueError on garbage
     if not url.startswith(("http://", "https://")):
@@ -850,7 +901,8 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
     thresholds = {"min_tokens_per_s": min_tokens_per_s, "stall_timeout": stall_timeout,
                   "ttft_timeout": ttft_timeout, "rate_window_s": rate_window_s,
                   "request_timeout": request_timeout, "min_accept_length": min_accept_length,
-                  "min_speed_ratio": min_speed_ratio,
+                  "min_speed_ratio": min_speed_ratio, "agreement": agreement,
+                  "top_logprobs": top_logprobs,
                   "early_rate_fraction": EARLY_RATE_FRACTION,
                   "min_tokens_for_rate": MIN_TOKENS_FOR_RATE}
     report = {"verdict": None, "passed": False, "reasons": [], "warnings": [],
@@ -877,7 +929,7 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
                            min_tokens_per_s=min_tokens_per_s, stall_timeout=stall_timeout,
                            ttft_timeout=ttft_timeout, rate_window_s=rate_window_s,
                            request_timeout=request_timeout, prior_tokens=cum_tokens,
-                           prior_seconds=cum_seconds, clock=clock)
+                           prior_seconds=cum_seconds, top_logprobs=top_logprobs, clock=clock)
         cum_tokens += res.get("completion_tokens") or 0
         cum_seconds += res.get("elapsed_s") or 0.0
         if not res["reached"] and any_reached:
@@ -915,7 +967,7 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
 
     if baseline is not None:
         section, bf, bi, warns = compare_with_baseline(report["prompts"], baseline,
-                                                       min_speed_ratio)
+                                                       min_speed_ratio, agreement)
         report["baseline"] = section
         report["warnings"].extend(warns)
         if not fails:

@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -34,6 +35,11 @@ def good_answer(prompt: str) -> str:
     return KNOWN_ANSWERS.get(prompt, "This is a perfectly ordinary answer to your question.")
 
 
+def token_id(token: str) -> int:
+    """A stable id per token text (never 0, which is "!" in GPT-2 style vocabularies)."""
+    return 1 + zlib.crc32(token.encode()) % 150000
+
+
 def split_tokens(text: str) -> list[str]:
     """Crude tokenizer: words with their leading whitespace, max 4 chars each."""
     out = []
@@ -57,7 +63,10 @@ class Behaviour:
         self.first_delay = 0.0             # seconds before the first token
         # ok | http500 | reset | hang | headers_only | silent | nonstream | incremental
         self.mode = "ok"
-        self.output_ids = None             # n -> list of ids (default: 100, 101, ...)
+        self.output_ids = None             # n -> list of ids (default: from each token's text)
+        # (prompt, position) -> the top-1 minus top-2 logprob sent in output_top_logprobs when the
+        # request asks for logprobs; None sends no logprobs at all.
+        self.margin = lambda prompt, i: 5.0
         self.hang_after = 3                # tokens before hanging (mode hang)
         self.api_key = None                # require Bearer key
         self.spec_accept_length = 3.2
@@ -136,7 +145,7 @@ def make_handler(beh: Behaviour):
                 finish = "length"
             if beh.mode == "nonstream":          # ignores stream=true, one JSON body
                 return self._json(200, {"text": "".join(tokens),
-                                        "output_ids": list(range(100, 100 + len(tokens))),
+                                        "output_ids": [token_id(t) for t in tokens],
                                         "meta_info": {"completion_tokens": len(tokens),
                                                       "finish_reason": {"type": finish}}})
             self.send_response(200)
@@ -170,7 +179,11 @@ def make_handler(beh: Behaviour):
                                 "spec_accept_length": beh.spec_accept_length,
                                 "spec_verify_ct": max(1, n // 3)}
                         ids = (beh.output_ids(n) if beh.output_ids
-                               else list(range(100, 100 + n)))
+                               else [token_id(t) for t in tokens[:n]])
+                        if body.get("return_logprob") and beh.margin is not None:
+                            meta["output_top_logprobs"] = [
+                                [[-0.1, ids[i], None], [-0.1 - beh.margin(prompt, i), 7, None]]
+                                for i in range(n)]
                         obj = {"text": text, "output_ids": ids, "meta_info": meta}
                         if beh.mode == "incremental":   # --incremental-streaming-output
                             obj = {"text": tok, "output_ids": ids[-1:], "meta_info": meta}

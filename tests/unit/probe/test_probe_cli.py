@@ -94,14 +94,52 @@ def test_baseline_url(fake_server):
     f = ["--prompts", "/dev/stdin"]
     prompts = json.dumps([{"name": "free", "prompt": "Explain things.", "max_tokens": 64}])
     p = run(["probe", "--url", cand.url, "--baseline-url", base.url] + f + QUICK, stdin=prompts)
-    assert p.returncode == 0, p.stdout
+    # A fluent answer that is not the baseline's greedy text: a lossless violation, exit 1.
+    assert p.returncode == 1, p.stdout
     rep = json.loads(p.stdout)
     assert rep["baseline"]["url"] == base.url
     assert rep["baseline"]["report"]["verdict"] == "pass"
     div = rep["baseline"]["prompts"][0]["first_divergence"]
     assert div["index"] == 0
+    assert rep["reasons"][0].startswith("lossless_violation: free: diverges from the baseline "
+                                        "at token 0")
     # Both servers were actually asked.
     assert base.beh.requests and cand.beh.requests
+    # The same candidate passes against an identical baseline, and when the baseline's first
+    # token was a near tie.
+    same = run(["probe", "--url", base.url, "--baseline-url", base.url] + f + QUICK, stdin=prompts)
+    assert same.returncode == 0, same.stdout
+    base.beh.margin = lambda prompt, i: 0.1
+    tie = run(["probe", "--url", cand.url, "--baseline-url", base.url] + f + QUICK, stdin=prompts)
+    assert tie.returncode == 0, tie.stdout
+    assert json.loads(tie.stdout)["warnings"][0].startswith("near_tie: free:")
+
+
+def test_baseline_url_applies_the_gates_speed_floor(fake_server):
+    """A correct server at a tenth of its baseline's speed fails from the CLI by default."""
+    base = fake_server()
+    cand = fake_server()
+    base.beh.token_delay = 0.003
+    cand.beh.token_delay = 0.03
+    prompts = json.dumps([{"name": "free", "prompt": "Explain in a few sentences why "
+                           "speculative decoding makes large language model inference faster.",
+                           "max_tokens": 96}])
+    f = ["--prompts", "/dev/stdin", "--min-tokens-per-s", "1"]
+    p = run(["probe", "--url", cand.url, "--baseline-url", base.url] + f, stdin=prompts)
+    assert p.returncode == 1, p.stdout
+    rep = json.loads(p.stdout)
+    assert rep["reasons"][0].startswith("speed_ratio:") and "< floor 0.5" in rep["reasons"][0]
+    assert rep["thresholds"]["min_speed_ratio"] == 0.5
+    off = run(["probe", "--url", cand.url, "--baseline-url", base.url, "--min-speed-ratio", "0"]
+              + f, stdin=prompts)
+    assert off.returncode == 0, off.stdout
+
+
+def test_help_names_the_gate_defaults():
+    out = run(["probe", "--help"]).stdout
+    for text in ("--min-speed-ratio", "default 0.5, as the quality gate", "--agreement",
+                 "default fail", "--near-tie-margin", "default 0.5"):
+        assert text in " ".join(out.split()), text
 
 
 def test_assess_jsonl_keeps_ids(tmp_path):

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import ddtree_probe as dp
-from probe_testlib import REPO, good_answer
+from probe_testlib import REPO, good_answer, split_tokens
 
 FAST = dict(stall_timeout=2.0, ttft_timeout=3.0, rate_window_s=1.0, min_tokens_per_s=5.0)
 
@@ -301,23 +301,77 @@ def test_min_accept_length(fake_server):
     assert dp.run_probe(srv.url, min_accept_length=1.5, **FAST)["verdict"] == "pass"
 
 
-def test_baseline_first_divergence_reported(fake_server):
-    base = fake_server()
-    cand = fake_server()
+def _fluent_but_different(cand):
+    """The candidate answers the known-answer prompts right but writes another paragraph."""
     prose = good_answer("Explain in a few sentences why speculative decoding makes large "
                         "language model inference faster.")
     changed = prose.replace("single forward pass", "single batched pass")
     cand.beh.answer = lambda p: changed if p.startswith("Explain") else good_answer(p)
+    return prose
+
+
+def test_fluent_but_different_candidate_fails_with_both_continuations(fake_server):
+    base = fake_server()
+    cand = fake_server()
+    prose = _fluent_but_different(cand)
     baseline = dp.run_probe(base.url, **FAST)
+    assert all(p.get("top_margins") for p in baseline["prompts"])   # logprobs were asked for
+    assert base.beh.requests[0][2]["return_logprob"] is True
+    assert base.beh.requests[0][2]["top_logprobs_num"] == dp.DEFAULT_TOP_LOGPROBS
     rep = dp.run_probe(cand.url, baseline=baseline, min_speed_ratio=0.5, **FAST)
-    assert rep["verdict"] == "pass", rep["reasons"]
+    assert rep["verdict"] == "fail"
+    assert [r.split(":")[0] for r in rep["reasons"]] == ["lossless_violation"]
+    assert "freeform: diverges from the baseline at token" in rep["reasons"][0]
+    assert "confident (top-2 margin 5 >= 0.5 nats)" in rep["reasons"][0]
     entries = {e["name"]: e for e in rep["baseline"]["prompts"]}
     assert entries["arith"]["identical"] is True
+    assert entries["arith"]["agreement"]["status"] == "identical"
     div = entries["freeform"]["first_divergence"]
     assert div["index"] == prose.index("single forward pass") + len("single ")
     assert "forward" in div["baseline"] and "forward" not in div["candidate"]
     assert "batched" in div["candidate"]
+    agree = entries["freeform"]["agreement"]
+    assert agree["status"] == "violation" and agree["basis"] == "token_ids"
+    assert agree["baseline_continuation"].startswith("forward pass")
+    assert agree["candidate_continuation"].startswith("batched pass")
+    assert agree["baseline_margin"] == 5.0
+    assert agree["baseline_token_id"] != agree["candidate_token_id"]
     assert rep["baseline"]["speed_ratio"] is not None
+
+
+def test_divergence_at_a_near_tie_of_the_baseline_passes_with_a_warning(fake_server):
+    base = fake_server()
+    cand = fake_server()
+    prose = _fluent_but_different(cand)
+    # The first token that differs: the one holding the "f" of "forward".
+    at = len(split_tokens(prose[:prose.index("single forward pass") + len("single f")])) - 1
+    base.beh.margin = lambda prompt, i: 0.05 if i == at else 5.0
+    baseline = dp.run_probe(base.url, **FAST)
+    rep = dp.run_probe(cand.url, baseline=baseline, min_speed_ratio=0.5, **FAST)
+    assert rep["verdict"] == "pass", rep["reasons"]
+    agree = {e["name"]: e for e in rep["baseline"]["prompts"]}["freeform"]["agreement"]
+    assert agree["status"] == "near_tie" and agree["token_index"] == at
+    assert any(w.startswith("near_tie: freeform: diverges") for w in rep["warnings"])
+    # The same divergence where the baseline was confident fails; in warn mode it only warns.
+    base.beh.margin = lambda prompt, i: 5.0
+    baseline = dp.run_probe(base.url, **FAST)
+    assert dp.run_probe(cand.url, baseline=baseline, **FAST)["verdict"] == "fail"
+    warned = dp.run_probe(cand.url, baseline=baseline, agreement="warn", **FAST)
+    assert warned["verdict"] == "pass"
+    assert any(w.startswith("lossless_violation: freeform") for w in warned["warnings"])
+
+
+def test_without_logprobs_a_divergence_counts_as_confident(fake_server):
+    base = fake_server()
+    cand = fake_server()
+    _fluent_but_different(cand)
+    base.beh.margin = lambda prompt, i: 0.01      # would be a near tie ...
+    baseline = dp.run_probe(base.url, top_logprobs=0, **FAST)   # ... but was not asked for
+    assert "return_logprob" not in base.beh.requests[0][2]
+    assert not any(p.get("top_margins") for p in baseline["prompts"])
+    rep = dp.run_probe(cand.url, baseline=baseline, **FAST)
+    assert rep["verdict"] == "fail"
+    assert "top-2 margin there is unknown" in rep["reasons"][0]
 
 
 def test_baseline_known_answer_still_checked(fake_server):

@@ -144,6 +144,8 @@ SERVICE_FAULTS = [
     ("garbage, fast", "garbage_fast", [], r"quality gate"),
     ("correct text, far too slow", "slow_text", [], r"quality gate"),
     ("unhealthy a few seconds after passing (soak)", "unhealthy_after:5", [], r"soak"),
+    ("fluent, fast, healthy, but not lossless", "lossless_violation", [],
+     r"quality gate.*lossless_violation: freeform: diverges from the baseline at token \d+"),
 ]
 
 
@@ -167,9 +169,34 @@ def test_service_fault_is_rolled_back(ready, case, fault, extra, expect):
     restored = json.loads((evidence / "restored-probe-report.json").read_text())
     assert restored["verdict"] == "pass", restored.get("reasons")
     assert f"{summary['fingerprint']}.json" in labkit.quarantine_files(HOST)
+    if fault == "lossless_violation":
+        # The evidence names where the outputs part, the baseline's margin and both continuations.
+        report = json.loads((evidence / "probe-report.json").read_text())
+        free = {e["name"]: e for e in report["baseline"]["prompts"]}["freeform"]["agreement"]
+        assert free["status"] == "violation" and free["baseline_margin"] >= 0.5, free
+        assert free["baseline_continuation"] and free["candidate_continuation"] \
+            and free["baseline_continuation"] != free["candidate_continuation"], free
+        assert all(p["verdict"] == "pass" for p in report["prompts"]), "only agreement may fail"
+        assert any(repr(free["candidate_continuation"]) in r for r in summary["reasons"]), \
+            summary["reasons"]
     state = serving_known_good(HOST, kg)
     ready("end_state", f"rc 2, rolled back; {state}; evidence {evidence.name}; reason: "
                        f"{(summary['reasons'] or [summary['message']])[0][:70]}")
+
+
+@pytest.mark.fault_case("differs from known-good only at near ties: passes")
+def test_candidate_that_differs_only_at_near_ties_is_promoted(ready):
+    """Kernel numerics may flip a near tie of the target: not a lossless violation, promoted."""
+    set_fault(HOST, "near_tie_flip", only="DDTREE")
+    run = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST)
+    clear_fault(HOST)
+    assert run.rc == 0, str(run)
+    kg = labkit.known_good(HOST)
+    assert kg["meta"]["algorithm"] == "DDTREE", kg["meta"]
+    assert kg["meta"]["gate"]["verdict"] == "pass", kg["meta"]
+    warned = [w for w in kg["meta"]["gate"]["warnings"] if w.startswith("near_tie: freeform")]
+    assert len(warned) == 1 and "a near tie of the baseline (top-2 margin" in warned[0], kg["meta"]
+    ready("end_state", "rc 0, promoted DDTREE; the near tie is recorded as a warning, not failed")
 
 
 # ------------------------------------------------------------------ the weights

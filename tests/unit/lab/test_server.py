@@ -363,3 +363,69 @@ def test_bad_fault_value_exits(launch):
 def test_skip_server_warmup_is_ready_without_warmup(launch):
     s = launch(["--skip-server-warmup"], warmup=30).wait_ready(5)
     assert 'POST /generate HTTP/1.1" 200' not in s.log
+
+
+# ---- lossless agreement: logprobs, and candidates that leave the target's tokens ---------------
+
+FREEFORM = ("Explain in a few sentences why speculative decoding makes large language model "
+            "inference faster.")
+
+
+def _generate(s, text, **extra):
+    body = {"text": text, "sampling_params": {"max_new_tokens": 96, "temperature": 0}, **extra}
+    return requests.post(s.base + "/generate", headers=s.headers(), timeout=20, json=body).json()
+
+
+def test_generate_returns_logprobs_like_sglang(nextn):
+    body = _generate(nextn, FREEFORM, return_logprob=True, top_logprobs_num=2)
+    m, ids = body["meta_info"], body["output_ids"]
+    assert [lp[1] for lp in m["output_token_logprobs"]] == ids
+    assert m["output_token_logprobs_length"] == len(ids)
+    top = m["output_top_logprobs"]
+    assert len(top) == len(ids) and all(len(row) == 2 for row in top)
+    assert all(row[0][1] == i and row[0][0] > row[1][0] for row, i in zip(top, ids))
+    margins = [row[0][0] - row[1][0] for row in top]
+    assert min(margins) < 0.5 < 1.5 <= max(margins)      # near ties between sentences, else sure
+    assert "output_top_logprobs" not in _generate(nextn, FREEFORM)["meta_info"]   # only on request
+    with requests.post(nextn.base + "/generate", headers=nextn.headers(), stream=True, timeout=20,
+                       json={"text": FREEFORM, "stream": True, "return_logprob": True,
+                             "top_logprobs_num": 2,
+                             "sampling_params": {"max_new_tokens": 96}}) as r:
+        chunks = [json.loads(e) for e in sse_events(r)[:-1]]
+    lengths = [len(c["meta_info"]["output_top_logprobs"]) for c in chunks]
+    assert lengths == [len(c["output_ids"]) for c in chunks] and lengths[-1] == len(ids)  # cumulative
+
+
+@pytest.mark.parametrize("fault, status", [("lossless_violation", 1), ("near_tie_flip", 0),
+                                           ("none", 0)])
+def test_probe_cli_judges_agreement_against_the_real_standin(launch, fault, status):
+    """ddtree-probe probe --baseline-url: a fluent candidate that leaves the target's tokens where
+    the target was confident fails (exit 1); one that differs only at a near tie passes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    base = launch(["--speculative-algorithm", "NEXTN"]).wait_ready()
+    cand = launch(["--speculative-algorithm", "DDTREE"],
+                  env={"DDTREE_LAB_FAULT": fault, "DDTREE_LAB_FAULT_ONLY": "DDTREE"}).wait_ready()
+    cli = Path(__file__).resolve().parents[3] / "bin" / "ddtree-probe"
+    p = subprocess.run([sys.executable, str(cli), "probe", "--url", cand.base, "--baseline-url",
+                        base.base], capture_output=True, text=True, timeout=60)
+    assert p.returncode == status, p.stdout + p.stderr
+    rep = json.loads(p.stdout)
+    entries = {e["name"]: e for e in rep["baseline"]["prompts"]}
+    for name in ("arith", "capital", "primes", "code"):       # known answers stay right
+        assert entries[name]["agreement"]["status"] == "identical"
+    free = entries["freeform"]["agreement"]
+    if fault == "none":
+        assert free["status"] == "identical" and rep["warnings"] == []
+        return
+    assert free["baseline_continuation"] != free["candidate_continuation"]
+    if fault == "near_tie_flip":
+        assert free["status"] == "near_tie" and free["baseline_margin"] < 0.5
+        assert rep["warnings"][0].startswith("near_tie: freeform: diverges")
+    else:
+        assert free["status"] == "violation" and free["baseline_margin"] >= 1.5
+        assert rep["reasons"] == [r for r in rep["reasons"] if r.startswith("lossless_violation")]
+        assert free["baseline_continuation"].strip() in rep["reasons"][0] or \
+            free["baseline_continuation"][:20] in rep["reasons"][0]

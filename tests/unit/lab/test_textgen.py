@@ -81,3 +81,41 @@ def test_bang_and_garbage_modes():
 def test_stop_strings():
     c = complete("List the first five prime numbers, separated by commas.", 64, stop=[", 5"])
     assert "".join(c.tokens) == "2, 3" and c.finish_type == "stop" and c.matched == ", 5"
+
+
+FREEFORM = ("Explain in a few sentences why speculative decoding makes large language model "
+            "inference faster.")
+
+
+def _first_diff(a, b):
+    return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+
+
+def test_divergence_leaves_the_target_at_a_near_tie_or_a_confident_sentence_start():
+    target = complete(FREEFORM, 96)
+    tie = complete(FREEFORM, 96, diverge="near_tie")
+    wrong = complete(FREEFORM, 96, diverge="confident")
+    k_tie, k_wrong = _first_diff(target.ids, tie.ids), _first_diff(target.ids, wrong.ids)
+    assert target.margins[k_tie] < 0.5 <= 1.5 <= target.margins[k_wrong]
+    # The runner-up the target lists at that position is what the flipped candidate took.
+    assert target.alts[k_tie] == tie.tokens[k_tie] and target.alts[k_wrong] == wrong.tokens[k_wrong]
+    # Still fluent prose made of whole sentences, the same length class.
+    for c in (tie, wrong):
+        text = "".join(c.tokens)
+        assert text.endswith(".") and all(s.strip() + "." in " ".join(textgen.SENTENCES)
+                                          for s in text.split(".")[:-1])
+    # A later start is honoured; known answers are never touched.
+    later = complete(FREEFORM, 96, diverge="confident", diverge_after=k_wrong + 1)
+    assert later.ids == target.ids or _first_diff(target.ids, later.ids) > k_wrong
+    for prompt, answer in PROBES.items():
+        assert "".join(complete(prompt, 64, diverge="confident").tokens) == answer
+
+
+def test_lossless_faults_parse():
+    from sglang_lab_standin.faults import parse_fault
+    assert parse_fault("lossless_violation").tokens == 0
+    assert parse_fault("lossless_violation:16").tokens == 16
+    assert parse_fault("near_tie_flip").kind == "near_tie_flip"
+    for bad in ("lossless_violation:x", "lossless_violation:-1", "near_tie_flip:3"):
+        with pytest.raises(ValueError):
+            parse_fault(bad)

@@ -2,7 +2,13 @@
 
 DDTREE_LAB_FAULT            none | hang_midstream | http_500 | crash_on_first_request |
                             garbage_fast | slow_text | unhealthy_after:SECONDS | never_healthy |
-                            exit_on_start
+                            exit_on_start | lossless_violation[:TOKENS] | near_tie_flip
+                            lossless_violation: fluent, fast and healthy, but free-form answers
+                            leave the target's tokens at the first confident sentence start at
+                            or after output token TOKENS (default 0), as a verifier that accepts
+                            a wrong draft token would; known answers stay right.
+                            near_tie_flip: free-form answers take the runner-up at the first
+                            near tie of the target (what kernel numerics may do): still correct.
 DDTREE_LAB_FAULT_ONLY       comma-separated --speculative-algorithm values (NONE: no speculative
                             decoding) the fault applies to; empty: every server. Lets a test break
                             the candidate (e.g. DDTREE) while the known-good NEXTN keeps working.
@@ -19,7 +25,8 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 FAULT_KINDS = ("none", "hang_midstream", "http_500", "crash_on_first_request", "garbage_fast",
-               "slow_text", "unhealthy_after", "never_healthy", "exit_on_start")
+               "slow_text", "unhealthy_after", "never_healthy", "exit_on_start",
+               "lossless_violation", "near_tie_flip")
 
 GARBAGE_RATE = 250.0   # tokens/s of garbage_fast (before rate scale)
 SLOW_TEXT_RATE = 0.5   # tokens/s of slow_text (before rate scale)
@@ -30,6 +37,7 @@ HANG_AFTER_TOKENS = 3  # hang_midstream: tokens sent before the stream stalls fo
 class Fault:
     kind: str = "none"
     seconds: Optional[float] = None   # for unhealthy_after
+    tokens: int = 0                   # for lossless_violation
 
 
 def parse_fault(value: Optional[str]) -> Fault:
@@ -47,6 +55,11 @@ def parse_fault(value: Optional[str]) -> Fault:
         if seconds < 0:
             raise ValueError("unhealthy_after seconds must be >= 0")
         return Fault(kind, seconds)
+    if kind == "lossless_violation" and sep:
+        if not arg.strip().isdigit():
+            raise ValueError("DDTREE_LAB_FAULT lossless_violation takes a token index >= 0, "
+                             "e.g. lossless_violation:16")
+        return Fault(kind, tokens=int(arg))
     if sep:
         raise ValueError(f"DDTREE_LAB_FAULT {kind} takes no argument")
     return Fault(kind)

@@ -113,6 +113,15 @@ class LabEngine:
             return "correct"
         return "bang" if self.b.text_mode == "bang" else "correct"
 
+    def divergence(self) -> tuple:
+        """(diverge, after) for textgen.complete: how this server's free-form text leaves the
+        target's (lossless_violation, near_tie_flip), else (None, 0)."""
+        if self.fault.kind == "lossless_violation":
+            return "confident", self.fault.tokens
+        if self.fault.kind == "near_tie_flip":
+            return "near_tie", 0
+        return None, 0
+
     @property
     def speculative(self) -> bool:
         return self.b.accept_length is not None
@@ -460,8 +469,9 @@ class Handler(BaseHTTPRequestHandler):
         e = self.engine
         if isinstance(stop, str):
             stop = [stop]
+        diverge, after = e.divergence()
         comp = textgen.complete(prompt_key, max_new, mode=e.mode, chat=chat, stop=stop or (),
-                                ignore_eos=ignore_eos)
+                                ignore_eos=ignore_eos, diverge=diverge, diverge_after=after)
         return comp
 
     @staticmethod
@@ -499,6 +509,10 @@ class Handler(BaseHTTPRequestHandler):
             req_id = (rid[n] if isinstance(rid, list) else rid) or uuid.uuid4().hex
             cached = self.engine.cached_tokens(key, ptoks)
             started = time.monotonic()
+            logprobs = bool(body.get("return_logprob"))
+            top_k = int(body.get("top_logprobs_num") or 0)
+            token_lps = comp.token_logprobs(key) if logprobs else []
+            top_lps = comp.top_logprobs(top_k, key) if logprobs and top_k > 0 else []
 
             def meta(done: bool, count: int) -> dict:
                 m = {"id": req_id,
@@ -508,6 +522,13 @@ class Handler(BaseHTTPRequestHandler):
                 m.update(self.engine.spec_meta(count))
                 if done:
                     m["e2e_latency"] = round(time.monotonic() - started, 6)
+                if logprobs:
+                    # cumulative across stream events, like text (SGLang's add_logprob_to_meta_info)
+                    m["output_token_logprobs"] = token_lps[:count]
+                    m["output_token_logprobs_length"] = count
+                    m["input_token_logprobs"] = []
+                    if top_k > 0:
+                        m["output_top_logprobs"] = top_lps[:count]
                 return m
 
             if stream:

@@ -123,12 +123,44 @@ def known_answer(prompt: str) -> Optional[str]:
     return _KNOWN_NORMALISED.get(normalise(extract_prompt(prompt)))
 
 
-def prose_for(prompt: str) -> str:
-    """Coherent, non-repetitive prose seeded by the prompt (3-6 distinct sentences)."""
+def prose_sentences(prompt: str) -> list:
+    """Indexes into SENTENCES of the prose for ``prompt`` (3-6 distinct, seeded by the prompt)."""
     rng = random.Random(_seed(normalise(prompt)))
     count = 3 + rng.randrange(4)
-    picked = rng.sample(range(len(SENTENCES)), count)
-    return "".join(" " + SENTENCES[i] for i in picked)
+    return rng.sample(range(len(SENTENCES)), count)
+
+
+def prose_for(prompt: str) -> str:
+    """Coherent, non-repetitive prose seeded by the prompt (3-6 distinct sentences)."""
+    return "".join(" " + SENTENCES[i] for i in prose_sentences(prompt))
+
+
+# --- the target's confidence: top-2 logprob margins -------------------------------------------
+# Which sentence comes next is where a model is least sure: in prose, every odd-numbered sentence
+# start (the 2nd, 4th, ...) is a near tie between two sentences; every other position is
+# confident.  A correct speculative decoder may flip a near tie (kernel numerics); only a broken
+# one leaves the target's tokens where the target was confident (DDTREE_LAB_FAULT, faults.py).
+NEAR_TIE_MARGIN = (0.01, 0.2)      # nats, top-1 minus top-2, at near ties
+CONFIDENT_MARGIN = (1.5, 8.0)      # everywhere else
+TOP1_LOGPROB = (-0.6, -0.01)
+ALT_TOKEN = " the"                 # runner-up inside a sentence
+
+
+def _unit(*parts) -> float:
+    """A stable number in [0, 1) from the parts."""
+    return _seed("\x1f".join(str(p) for p in parts)) / float(1 << 64)
+
+
+def _between(lo_hi, *parts) -> float:
+    lo, hi = lo_hi
+    return round(lo + (hi - lo) * _unit(*parts), 4)
+
+
+def _runner_up(picked: list, j: int) -> int:
+    """The sentence a flip at sentence start ``j`` continues with (its first token differs)."""
+    first = tokenize(" " + SENTENCES[picked[j]])[0]
+    order = picked[j + 1:] + [i for i in range(len(SENTENCES)) if i not in picked]
+    return next(i for i in order if tokenize(" " + SENTENCES[i])[0] != first)
 
 
 @dataclass
@@ -137,6 +169,67 @@ class Completion:
     ids: list             # output ids, same length
     finish_type: str      # "stop" | "length"
     matched: object = None  # stop string, or EOS id for a natural stop
+    margins: Optional[list] = None    # per token: top-1 minus top-2 logprob (nats)
+    alts: Optional[list] = None       # per token: the runner-up token
+
+    def top_logprobs(self, k: int, key: str = "") -> list:
+        """SGLang's output_top_logprobs: per position, k [logprob, token_id, null] triples."""
+        out = []
+        for i, tok in enumerate(self.tokens):
+            lp1 = _between(TOP1_LOGPROB, key, i, tok)
+            margin = self.margins[i] if self.margins else CONFIDENT_MARGIN[0]
+            alt = self.alts[i] if self.alts else ALT_TOKEN
+            row = [[lp1, self.ids[i], None], [round(lp1 - margin, 4), token_id(alt), None]]
+            for extra in range(2, k):
+                row.append([round(lp1 - margin - 1.0 - extra, 4), token_id("#%d" % extra), None])
+            out.append(row[:k])
+        return out
+
+    def token_logprobs(self, key: str = "") -> list:
+        """SGLang's output_token_logprobs: per position [logprob, token_id, null]."""
+        return [[_between(TOP1_LOGPROB, key, i, tok), self.ids[i], None]
+                for i, tok in enumerate(self.tokens)]
+
+
+def _prose(prompt: str, diverge: Optional[str], after: int):
+    """(tokens, margins, alts) of the prose answer, optionally leaving it at one sentence start.
+
+    diverge: None (the target's own greedy text), "near_tie" (take the runner-up at the first near
+    tie: what a correct decoder may do) or "confident" (take it at the first confident sentence
+    start at or after token ``after``: a lossless violation, still fluent).
+    """
+    picked = prose_sentences(prompt)
+    starts, count = [], 0
+    for i in picked:
+        starts.append(count)
+        count += len(tokenize(" " + SENTENCES[i]))
+    if diverge is not None:
+        near_tie = diverge == "near_tie"
+        choices = [j for j in range(1, len(picked))
+                   if (j % 2 == 1) == near_tie and (near_tie or starts[j] >= after)]
+        if choices:
+            j = choices[0]
+            runner = _runner_up(picked, j)
+            swapped = picked[:j] + [runner] + [i for i in picked[j:] if i != runner]
+            return _prose_from(prompt, swapped[:len(picked)])
+    return _prose_from(prompt, picked)
+
+
+def _prose_from(prompt: str, picked: list):
+    tokens, margins, alts = [], [], []
+    for j, i in enumerate(picked):
+        toks = tokenize(" " + SENTENCES[i])
+        for n, tok in enumerate(toks):
+            if n == 0 and j >= 1:
+                near = j % 2 == 1
+                margins.append(_between(NEAR_TIE_MARGIN if near else CONFIDENT_MARGIN,
+                                        prompt, len(tokens)))
+                alts.append(tokenize(" " + SENTENCES[_runner_up(picked, j)])[0])
+            else:
+                margins.append(_between(CONFIDENT_MARGIN, prompt, len(tokens)))
+                alts.append(ALT_TOKEN if tok != ALT_TOKEN else " a")
+            tokens.append(tok)
+    return tokens, margins, alts
 
 
 def garbage_tokens(prompt: str, n: int) -> list:
@@ -145,11 +238,14 @@ def garbage_tokens(prompt: str, n: int) -> list:
 
 
 def complete(prompt: str, max_new_tokens: Optional[int], *, mode: str = "correct",
-             chat: bool = False, stop: Sequence[str] = (), ignore_eos: bool = False) -> Completion:
+             chat: bool = False, stop: Sequence[str] = (), ignore_eos: bool = False,
+             diverge: Optional[str] = None, diverge_after: int = 0) -> Completion:
     """The greedy completion of ``prompt``.
 
     mode: "correct" (known answer or prose), "bang" (token 0 "!" until max_new_tokens),
     "garbage" (word salad until max_new_tokens).  ``max_new_tokens`` None = no limit.
+    diverge / diverge_after: leave the target's prose at a near tie or a confident position
+    (_prose); known answers are never affected.
     """
     limit = max_new_tokens if max_new_tokens is not None else 4096
     if mode == "bang":
@@ -160,11 +256,16 @@ def complete(prompt: str, max_new_tokens: Optional[int], *, mode: str = "correct
         return Completion(toks, ids_for(toks), "length")
 
     answer = known_answer(prompt)
+    margins = alts = None
     if answer is None:
-        answer = prose_for(extract_prompt(prompt))
+        tokens, margins, alts = _prose(extract_prompt(prompt), diverge, diverge_after)
+        answer = "".join(tokens)
     if chat:
         answer = answer.lstrip()
-    tokens = tokenize(answer)
+    if margins is None or chat:
+        tokens = tokenize(answer)
+        margins = [_between(CONFIDENT_MARGIN, prompt, i) for i in range(len(tokens))]
+        alts = [ALT_TOKEN if t != ALT_TOKEN else " a" for t in tokens]
     finish, matched = "stop", EOS_TOKEN_ID
     if ignore_eos and len(tokens) < limit:
         # keep "generating": continue with further prose, like a model forced past EOS
@@ -180,11 +281,15 @@ def complete(prompt: str, max_new_tokens: Optional[int], *, mode: str = "correct
                 cut = text.index(hit)
                 kept = tokenize(text[:cut])
                 if i + 1 <= limit:
-                    return Completion(kept, ids_for(kept), "stop", hit)
+                    return Completion(kept, ids_for(kept), "stop", hit,
+                                      margins[:len(kept)], alts[:len(kept)])
                 break
     if len(tokens) > limit:
         tokens = tokens[:limit]
         finish, matched = "length", None
     elif ignore_eos:
         finish, matched = "length", None
-    return Completion(tokens, ids_for(tokens), finish, matched)
+    n = len(tokens)
+    margins = (margins + [CONFIDENT_MARGIN[1]] * n)[:n]
+    alts = (alts + [ALT_TOKEN] * n)[:n]
+    return Completion(tokens, ids_for(tokens), finish, matched, margins, alts)

@@ -33,10 +33,10 @@ import urllib.request
 
 try:
     from ansible.module_utils import ddtree_agreement as agreement_rules
-    from ansible.module_utils.ddtree_textcheck import assess  # noqa: F401
+    from ansible.module_utils.ddtree_textcheck import assess, judges, same_output_reasons
 except ImportError:
     import ddtree_agreement as agreement_rules
-    from ddtree_textcheck import assess  # noqa: F401
+    from ddtree_textcheck import assess, judges, same_output_reasons
 
 PASS = "pass"
 FAIL = "fail"
@@ -946,6 +946,12 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
             inconcl.extend("%s: %s" % (res["name"], r) for r in res["reasons"])
             stopped = True
 
+    # One answer for different prompts: a server that ignores its prompt.
+    if not fails:
+        fails.extend(same_output_reasons([(p["name"], p["prompt"], p.get("output") or "")
+                                          for p in report["prompts"] if p.get("verdict") == PASS]))
+    report["text_judges"] = {"probe": judges()}
+
     # Speculative acceptance.
     if read_server_info and any_reached:
         report["server_info"] = fetch_server_info(url, api_key)
@@ -987,6 +993,34 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
     report["reasons"] = fails + inconcl
     report["detection_seconds"] = _round(clock() - start)
     return redact(report, [api_key] if api_key else [])
+
+
+def rejudge_text(report: dict, judge=None) -> list:
+    """Judge each passing prompt's text again, with ``judge`` (default: this process's assess).
+
+    The probe module runs on the target host with the standard library only; on the controller
+    ddtree_textcheck also has its library-backed judges (action_plugins/sglang_probe.py calls
+    this there).  A prompt the judge now finds degenerate or wrong fails, and so does the
+    report.  Returns the new fail reasons (empty when nothing changed).
+    """
+    judge = judge or assess
+    new = []
+    for p in report.get("prompts") or []:
+        if p.get("verdict") != PASS:
+            continue
+        tv, tr = judge(p.get("output") or "", prompt=p.get("prompt"), expect=p.get("expect"),
+                       output_ids=p.get("output_ids") or None,
+                       finish_reason=p.get("finish_reason"), max_tokens=p.get("max_tokens"))
+        if tv == "ok":
+            continue
+        reasons = ["%s: %s" % (tv, r) for r in tr]
+        p["verdict"], p["text_verdict"] = FAIL, tv
+        p.setdefault("reasons", []).extend(reasons)
+        new.extend("%s: %s" % (p["name"], r) for r in reasons)
+    if new:
+        report["verdict"], report["passed"] = FAIL, False
+        report["reasons"] = new + list(report.get("reasons") or [])
+    return new
 
 
 def verdict_exit_code(verdict: str) -> int:

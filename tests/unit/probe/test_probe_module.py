@@ -136,3 +136,46 @@ def test_real_ansible_task_in_check_mode(fake_server, tmp_path):
     assert res["changed"] is False
     assert res["verdict"] == "pass", res.get("reasons")
     assert "adhoc-secret" not in p.stdout
+
+
+FRENCH = "Bonjour ! Peux-tu m'expliquer comment fonctionne une file d'attente ?"
+ENGLISH = ("Sure. A queue holds items in the order they arrive and hands them out first in, "
+           "first out.")
+
+
+def _adhoc(srv, tmp_path, action_plugins):
+    """The module run by a real `ansible` on the host's system python3 (the standard library only,
+    as on a target host); with the repository's action plugin, the controller judges again."""
+    env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(REPO, "library"),
+               ANSIBLE_MODULE_UTILS=os.path.join(REPO, "module_utils"),
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOME=str(tmp_path / "home"),
+               ANSIBLE_STDOUT_CALLBACK="minimal", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+               ANSIBLE_ACTION_PLUGINS=os.path.join(REPO, "action_plugins") if action_plugins
+               else str(tmp_path / "none"))
+    ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
+    args = {"url": srv.url, "stall_timeout": 2, "prompts": [{"name": "fr", "prompt": FRENCH}]}
+    p = subprocess.run(
+        [ansible, "-i", "localhost,", "-c", "local", "localhost",
+         "-e", "ansible_python_interpreter=/usr/bin/python3", "-m", "sglang_probe",
+         "-a", json.dumps(args)], capture_output=True, text=True, env=env, timeout=120)
+    head, _, body = p.stdout.partition("=>")
+    assert "SUCCESS" in head or "FAILED" in head, p.stdout + p.stderr
+    return json.loads(body)
+
+
+def test_controller_judges_the_hosts_outputs_again(fake_server, tmp_path):
+    if subprocess.run(["/usr/bin/python3", "-c", "import pycld2"],
+                      capture_output=True).returncode == 0:
+        pytest.skip("the system python3 has pycld2: it is no stdlib-only host")
+    srv = fake_server()
+    srv.beh.answer = lambda prompt: ENGLISH
+    host_only = _adhoc(srv, tmp_path, action_plugins=False)
+    assert host_only["verdict"] == "pass", host_only.get("reasons")
+    assert host_only["report"]["text_judges"]["probe"]["library_backed"] is False
+    judged = _adhoc(srv, tmp_path, action_plugins=True)
+    assert judged["verdict"] == "fail" and judged["passed"] is False
+    assert judged["reasons"][0].startswith("fr: degenerate: language_switch"), judged["reasons"]
+    tj = judged["report"]["text_judges"]
+    assert tj["controller"]["library_backed"] is True and tj["controller_failed"]
+    assert judged["report"]["prompts"][0]["verdict"] == "fail"

@@ -441,3 +441,16 @@ def test_bad_arguments_raise():
 def test_url_credentials_redacted(free_port):
     rep = dp.run_probe("http://user:pw@127.0.0.1:%d" % free_port, **FAST)
     assert "pw" not in rep["url"] and rep["url"].endswith(str(free_port))
+
+
+def test_one_answer_for_different_prompts_fails(fake_server):
+    srv = fake_server()
+    srv.beh.answer = lambda p: ("A server that ignores its prompt gives every request this one "
+                                "well-formed paragraph.")
+    prompts = [{"name": "cats", "prompt": "Tell me about cats."},
+               {"name": "dogs", "prompt": "Tell me about dogs."}]
+    rep = dp.run_probe(srv.url, prompts=prompts, **FAST)
+    assert rep["verdict"] == "fail"
+    assert rep["reasons"][0].startswith("same_output: cats, dogs")
+    srv.beh.answer = lambda p: "Cats purr and nap." if "cats" in p else "Dogs bark and fetch."
+    assert dp.run_probe(srv.url, prompts=prompts, **FAST)["verdict"] == "pass"

@@ -1,0 +1,51 @@
+# -*- coding: utf-8 -*-
+"""Action plugin for sglang_probe: the probe runs on the host, the text is judged again here.
+
+The module (library/sglang_probe.py) runs on the target host with the host's python3 and the
+standard library only, so its text judgement is the stdlib one. On the controller,
+module_utils/ddtree_textcheck.py can also use the pinned libraries of the project venv (ftfy for
+mojibake, a word-frequency list for word salad, language identification for language switches).
+This plugin runs the module, then judges every prompt that passed again with those judges
+(ddtree_probe.rejudge_text): one judge, at its best where it can run. A prompt found degenerate
+here fails the report exactly as on the host, and O(fail_on) applies to the final verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ansible.plugins.action import ActionBase
+
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+import ddtree_probe  # noqa: E402  (path set above: the same code as the module and the CLI)
+import ddtree_textcheck  # noqa: E402
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        result.update(self._execute_module(module_name="sglang_probe",
+                                           module_args=self._task.args, task_vars=task_vars))
+        report = result.get("report")
+        if not isinstance(report, dict):
+            return result
+        new = ddtree_probe.rejudge_text(report)
+        report.setdefault("text_judges", {}).update(controller=ddtree_textcheck.judges(),
+                                                    controller_failed=new)
+        if new:
+            result.update(verdict=report["verdict"], passed=report["passed"],
+                          reasons=report["reasons"])
+            if report["verdict"] in (self._task.args.get("fail_on") or []) \
+                    and not result.get("failed"):
+                result["failed"] = True
+                result["msg"] = "quality probe of %s: %s (%s)" % (
+                    report.get("url"), report["verdict"], "; ".join(report["reasons"][:3]))
+        return result

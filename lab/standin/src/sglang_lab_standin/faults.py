@@ -13,8 +13,8 @@ DDTREE_LAB_FAULT_ONLY       comma-separated --speculative-algorithm values (NONE
                             decoding) the fault applies to; empty: every server. Lets a test break
                             the candidate (e.g. DDTREE) while the known-good NEXTN keeps working.
 DDTREE_LAB_RATE_SCALE       float multiplier on every token rate (and prefill speed); default 1.0
-DDTREE_LAB_STARTUP_SECONDS  port stays closed this long (default 2.0)
-DDTREE_LAB_WARMUP_SECONDS   warm-up after the port opens, health 503 meanwhile (default 1.0)
+DDTREE_LAB_STARTUP_SECONDS  port stays closed this long (default 0.8)
+DDTREE_LAB_WARMUP_SECONDS   warm-up after the port opens, health 503 meanwhile (default 0.4)
 DDTREE_LAB_DEBUG            "1": log a "[lab] physics:" summary line at start-up
 """
 
@@ -104,8 +104,8 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> LabConfig:
     return LabConfig(
         fault=parse_fault(env.get("DDTREE_LAB_FAULT")),
         rate_scale=scale,
-        startup_seconds=_float(env, "DDTREE_LAB_STARTUP_SECONDS", 2.0),
-        warmup_seconds=_float(env, "DDTREE_LAB_WARMUP_SECONDS", 1.0),
+        startup_seconds=_float(env, "DDTREE_LAB_STARTUP_SECONDS", 0.8),
+        warmup_seconds=_float(env, "DDTREE_LAB_WARMUP_SECONDS", 0.4),
         debug=env.get("DDTREE_LAB_DEBUG", "") not in ("", "0", "false", "no"),
         fault_only=parse_scope(env.get("DDTREE_LAB_FAULT_ONLY")),
     )

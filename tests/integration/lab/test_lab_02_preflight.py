@@ -91,3 +91,29 @@ def test_check_diff_on_ct200_shows_ddtree_and_changes_nothing(lab):
                         run.out, re.M)
     assert not probed, "--check probed the old service as if it were the new one"
     assert before == after, f"--check changed ct200:\n{labkit.snapshot_diff(before, after)}"
+
+
+def test_site_settings_in_the_inventory_win_over_the_project_defaults(lab, tmp_path):
+    """A pin where README says site settings go (the inventory's group_vars, `all` included)
+    reaches the rendered unit, over the project's group_vars/all.yml and <arch>.yml."""
+    src = labkit.INVENTORY
+    inv = tmp_path / "inventory"
+    shutil.copytree(src, inv, ignore=shutil.ignore_patterns("*.py"))
+    site_all = "sglang_mem_fraction_static: 0.77   # site-wide pin (the project's sm120.yml has its own)\n"
+    if (inv / "group_vars" / "all").is_dir():
+        (inv / "group_vars" / "all" / "90-site.yml").write_text("---\n" + site_all)
+    else:
+        with open(inv / "group_vars" / "all.yml", "a") as fh:
+            fh.write(site_all)
+    (inv / "group_vars" / "sm120.yml").write_text("---\nsglang_cuda_graph_max_bs: 12\n")
+    before = labkit.snapshot("ct200")
+    run = labkit.run_playbook("deploy_ddtree.yml", "-i", str(inv / "hosts.yml"), "--check", "--diff",
+                              "-l", "ct200")
+    after = labkit.snapshot("ct200")
+    assert run.rc == 0, str(run)
+    m = re.search(r"^\+\+\+ after: /etc/systemd/system/sglang\.service\n(.*?)\n\n", run.out, re.M | re.S)
+    assert m, f"no diff of the unit in the output:\n{run.tail(120)}"
+    added = " ".join(line for line in m.group(1).splitlines() if line.startswith("+"))
+    assert "--mem-fraction-static 0.77 " in added, m.group(1)
+    assert "--cuda-graph-max-bs 12 " in added, m.group(1)
+    assert before == after, f"--check changed ct200:\n{labkit.snapshot_diff(before, after)}"

@@ -148,12 +148,16 @@ def rerun(incident, evidence):
 
 
 def test_second_deploy_ends_as_quarantined(rerun):
+    """The host stays on known-good, nothing is retried or changed, and the exit status says the
+    declared configuration was not reached (a pipeline chaining on it must not deploy on)."""
     run = rerun["run"]
-    assert run.rc == 0, str(run)
+    assert run.rc == 2, str(run)
     recap = run.recap(HOST)
-    assert recap["changed"] == 0 and recap["failed"] == 0, recap
+    assert recap["changed"] == 0 and recap["failed"] == 1, recap
     flat = " ".join(run.out.split())
     assert "ct129 quarantined" in flat, run.tail(80)
+    assert re.search(r"ct129: not deployed: the declared configuration \w+ is quarantined; the host "
+                     r"serves its known-good \w+", flat), run.tail(80)
     ran = re.findall(r"^TASK \[(?:sglang_service : Install the unit|quality_gate : Probe the service)[^\]]*\] \**\n"
                      r"(?:ok|changed|fatal): \[ct129\]", run.out, re.M)
     assert not ran, f"a quarantined configuration was retried: {ran}\n{run.tail(80)}"

@@ -58,10 +58,11 @@ test-unit: venv  ## only the unit tests (no lab, no root; about a minute): run t
 test-lab: lab-deps  ## only the lab tests: boot the lab slots, lab integration + molecule, lab down
 	bash tests/run_all.sh lab
 
-lint: venv  ## yamllint + ansible-lint (production profile) + ansible-doc for every module
+lint: venv  ## yamllint + ansible-lint (production profile) + ansible-doc and ansible-test validate-modules for every module
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production
 	@for m in library/*.py; do n=$$(basename $$m .py); $(BIN)/ansible-doc -t module $$n >/dev/null || exit 1; done; echo "ansible-doc: all modules documented"
+	bash tests/sanity/validate_modules.sh
 
 clean: lab-down
 	rm -rf $(VENV) .ansible artifacts

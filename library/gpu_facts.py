@@ -35,13 +35,15 @@ attributes:
     description: The module only reads; it runs the same commands in check mode.
   diff_mode:
     support: none
+    description: Nothing changes, so there is nothing to show.
   facts:
     support: full
+    description: Returns the GPU summary as the C(gpu) fact (C(ansible_facts.gpu)).
 notes:
   - memory_total_mib is the minimum over the host's GPUs (a tensor-parallel shard must fit the smallest card).
   - MIG device lines in C(nvidia-smi -L) are ignored.
 author:
-  - ddtree-fleet
+  - ddtree-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -74,10 +74,10 @@ options:
     default: []
   gpu:
     description:
-      - Also read the GPUs with nvidia-smi (the queries of M(gpu_facts)), so that C(in_sync) can tell
+      - Also read the GPUs with nvidia-smi (the queries of M(ansible.legacy.gpu_facts)), so that C(in_sync) can tell
         whether they are still those the known-good configuration was proven on.
       - A GPU read that fails is not an error here; it is returned in C(gpu_error) and the host is
-        not in sync (preflight then fails with M(gpu_facts)' own message).
+        not in sync (preflight then fails with M(ansible.legacy.gpu_facts)' own message).
     type: bool
     default: false
   nvidia_smi:
@@ -94,11 +94,11 @@ attributes:
     support: none
     description: Nothing changes, so there is nothing to show.
 notes:
-  - Standard library only on the host; the patch dry run uses GNU patch like M(sglang_patch).
+  - Standard library only on the host; the patch dry run uses GNU patch like M(ansible.legacy.sglang_patch).
 seealso:
-  - module: sglang_patch
+  - module: ansible.legacy.sglang_patch
 author:
-  - ddtree-fleet
+  - ddtree-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -140,20 +140,20 @@ quarantine:
   contains:
     path: {description: Where the record would be., type: str}
     exists: {description: Whether it exists., type: bool}
-    record: {description: Its content (fingerprint, since, evidence) or null., type: dict}
+    record: {description: "Its content (fingerprint, since, evidence) or null.", type: dict}
 known_good:
   description: The known-good record.
   returned: always
   type: dict
   contains:
     dir: {description: The known-good link., type: str}
-    link_exists: {description: Whether the link (or directory) exists, dangling or not., type: bool}
-    link_target: {description: The link's target as written, or null., type: str}
-    files: {description: meta.json, unit and env, each with exists and sha256., type: dict}
-    meta: {description: The parsed meta.json, or null., type: dict}
+    link_exists: {description: "Whether the link (or directory) exists, dangling or not.", type: bool}
+    link_target: {description: "The link's target as written, or null.", type: str}
+    files: {description: "meta.json, unit and env, each with exists and sha256.", type: dict}
+    meta: {description: "The parsed meta.json, or null.", type: dict}
     records: {description: How many records are under records/., type: int}
-    fingerprint: {description: The known-good fingerprint, empty when there is none., type: str}
-    problem: {description: Why the record cannot be trusted for a rollback, or null., type: str}
+    fingerprint: {description: "The known-good fingerprint, empty when there is none.", type: str}
+    problem: {description: "Why the record cannot be trusted for a rollback, or null.", type: str}
 live:
   description: The live unit and environment (path, exists, sha1) and the service's active and enabled state.
   returned: always
@@ -172,7 +172,7 @@ weights:
   type: list
   elements: dict
 gpu:
-  description: The GPU summary (as M(gpu_facts) returns in C(ansible_facts.gpu)), or null when not read.
+  description: The GPU summary (as M(ansible.legacy.gpu_facts) returns in C(ansible_facts.gpu)), or null when not read.
   returned: always
   type: dict
 gpu_error:

@@ -13,9 +13,11 @@ description:
     C(bench_serving)-style metrics per level (output and request throughput, TTFT, TPOT, ITL and
     end-to-end latency percentiles, acceptance length, errors).
   - The client is asynchronous and needs only python3 on the host.
-  - Sends load but changes nothing; in check mode it does not run.
+  - Sends load but changes nothing. In check mode it only validates O(workload) and sends no
+    request (see the C(check_mode) attribute).
 version_added: "1.0.0"
-author: ddtree-fleet maintainers
+author:
+  - ddtree-fleet maintainers (!UNKNOWN)
 options:
   url:
     description: Base URL of the server.
@@ -52,10 +54,15 @@ options:
     default: ""
 attributes:
   check_mode:
-    support: full
-    details: Does not run in check mode.
+    support: partial
+    description: Can run in check mode, but does not benchmark there.
+    details:
+      - In check mode the workload is validated and the module returns at once, marked
+        C(skipped), with RV(status=not_run), no RV(levels) and the RV(workload) version and hash;
+        the server receives no request.
   diff_mode:
     support: none
+    description: Nothing changes, so there is nothing to show.
 """
 
 EXAMPLES = r"""
@@ -70,12 +77,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 status:
-  description: V(ok), or V(failed) when every request of a level failed.
+  description: V(ok), V(failed) when every request of a level failed, or V(not_run) in check mode.
   returned: always
   type: str
   sample: ok
 levels:
-  description: Metrics per concurrency level, named as in SGLang's bench_serving.
+  description: Metrics per concurrency level, named as in SGLang's bench_serving (empty in check mode).
   returned: always
   type: list
   elements: dict
@@ -111,7 +118,7 @@ def main():
             concurrency=dict(type="list", elements="int", default=[1, 4, 16, 48]),
             requests_per_level=dict(type="int"),
             warmup=dict(type="int"),
-            max_new_tokens=dict(type="int"),
+            max_new_tokens=dict(type="int", no_log=False),
             timeout=dict(type="float", default=300.0),
             candidate=dict(type="str", default=""),
         ),

@@ -13,10 +13,12 @@ description:
     of memory, an unknown speculative algorithm, a restart loop) is reported within one poll
     interval instead of after the whole start-up timeout.
   - A C(/health) 200 only proves that the scheduler answers; it is not a quality verdict (see
-    M(sglang_probe)).
-  - Read-only. Runs in check mode too, unless O(skip_in_check_mode) is set.
+    M(ansible.legacy.sglang_probe)).
+  - Read-only. In check mode it returns at once without polling unless
+    O(skip_in_check_mode=false) (the default is V(true)).
 version_added: "1.0.0"
-author: ddtree-fleet maintainers
+author:
+  - ddtree-fleet maintainers (!UNKNOWN)
 options:
   url:
     description: Base URL of the server, for example V(http://127.0.0.1:30000).
@@ -40,14 +42,22 @@ options:
       - Leave unset to read it at the start of the wait.
     type: int
   skip_in_check_mode:
-    description: In check mode return at once (the service may not exist yet).
+    description:
+      - In check mode return at once (the service may not exist yet), with RV(healthy=false) and
+        RV(state=check_mode), marked C(skipped).
+      - Set to V(false) to poll in check mode as in a normal run.
     type: bool
     default: true
 attributes:
   check_mode:
-    support: full
+    support: partial
+    description: Can run in check mode; by default it does not wait there.
+    details:
+      - With the default O(skip_in_check_mode=true) it returns at once without polling or reading
+        the unit; with O(skip_in_check_mode=false) it waits exactly as in a normal run.
   diff_mode:
     support: none
+    description: Nothing changes, so there is nothing to show.
 """
 
 EXAMPLES = r"""
@@ -71,7 +81,9 @@ elapsed:
   type: float
   sample: 4.2
 state:
-  description: How the wait ended, one of V(healthy), V(crashed), V(failed), V(inactive), V(timeout).
+  description:
+    - How the wait ended, one of V(healthy), V(crashed), V(failed), V(inactive), V(timeout).
+    - V(check_mode) when the wait was skipped in check mode (O(skip_in_check_mode)).
   returned: always
   type: str
   sample: healthy

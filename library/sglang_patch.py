@@ -24,7 +24,7 @@ description:
     the controller for venv paths such as C(/opt/sglang/venvs/<version>-<fingerprint>).
   - Nothing is reported as changed when all patches are applied and the stamp already matches.
 author:
-  - ddtree-fleet maintainers
+  - ddtree-fleet maintainers (!UNKNOWN)
 options:
   site_packages:
     description:
@@ -75,6 +75,8 @@ attributes:
     description: Returns the text of every patch applied (or to be applied) by this run, one diff
       entry per patch; the stamp file update is not part of the diff.
   platform:
+    support: full
+    description: Target OS/families that can be operated against.
     platforms: posix
 """
 
@@ -156,7 +158,7 @@ failed_patch:
   returned: failure
   type: str
 patch_output:
-  description: GNU patch's output for O(failed_patch) (C(patch --dry-run) or the real run).
+  description: GNU patch's output for RV(failed_patch) (C(patch --dry-run) or the real run).
   returned: failure
   type: str
 rolled_back:

@@ -24,9 +24,14 @@ description:
   - Read-only. It runs in check mode as well and always reports C(changed=false).
   - By default it never fails the task because of a bad verdict; inspect RV(verdict) or set
     O(fail_on).
+  - Comes with an action plugin of the same name (C(action_plugins/sglang_probe.py)). The module
+    runs on the host and judges the text with the standard library only; the action plugin then
+    judges the output of every prompt that passed again on the controller, where the project
+    venv's libraries (ftfy, wordfreq, pycld2) can be used. A prompt found degenerate or wrong there
+    fails RV(verdict) as on the host, and O(fail_on) applies to that final verdict.
 version_added: "1.0.0"
 author:
-  - ddtree-fleet
+  - ddtree-fleet maintainers (!UNKNOWN)
 options:
   url:
     description: Base URL of the server, for example C(http://127.0.0.1:30000).
@@ -87,7 +92,7 @@ options:
       - A previous report (the RV(report) of this module or of C(ddtree-probe probe)) taken from
         the known-good service with the same prompts. Each greedy output is compared with the
         baseline's, token by token (O(agreement)); known-answer prompts must still pass their own
-        O(prompts[].expect).
+        C(expect) (see O(prompts)).
     type: dict
   min_speed_ratio:
     description:
@@ -102,7 +107,7 @@ options:
       - C(fail) fails the verdict on a violation, C(warn) reports it as a warning, C(off) skips
         the comparison.
     type: str
-    choices: [fail, warn, off]
+    choices: [fail, warn, "off"]
     default: fail
   agreement_tokens:
     description:
@@ -140,6 +145,13 @@ attributes:
     description: Read-only; it probes in check mode too.
   diff_mode:
     support: none
+    description: Nothing changes, so there is nothing to show.
+  action:
+    support: full
+    description:
+      - Has an action plugin of the same name. It runs the module on the host, then judges the
+        text of the prompts that passed again on the controller (C(report.text_judges.controller)
+        lists the judges used, C(report.text_judges.controller_failed) what they failed).
 notes:
   - Needs only python3 on the target; the probe talks HTTP with the standard library.
 """
@@ -238,7 +250,7 @@ def main():
             endpoint=dict(type="str", default="generate", choices=["generate", "completions"]),
             model=dict(type="str"),
             prompts=dict(type="list", elements="dict"),
-            min_tokens_per_s=dict(type="float", default=5.0),
+            min_tokens_per_s=dict(type="float", default=5.0, no_log=False),
             stall_timeout=dict(type="float", default=5.0),
             ttft_timeout=dict(type="float", default=10.0),
             rate_window_s=dict(type="float", default=3.0),
@@ -247,7 +259,7 @@ def main():
             baseline=dict(type="dict"),
             min_speed_ratio=dict(type="float"),
             agreement=dict(type="str", default="fail", choices=["fail", "warn", "off"]),
-            agreement_tokens=dict(type="int", default=64),
+            agreement_tokens=dict(type="int", default=64, no_log=False),
             near_tie_margin=dict(type="float", default=0.5),
             max_late_divergences=dict(type="int", default=1),
             top_logprobs=dict(type="int", default=2),

@@ -48,8 +48,9 @@ attributes:
     description: The module only reads files; it performs the same checks in check mode.
   diff_mode:
     support: none
+    description: Nothing changes, so there is nothing to show.
 author:
-  - ddtree-fleet
+  - ddtree-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

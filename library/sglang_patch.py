@@ -87,6 +87,7 @@ EXAMPLES = r"""
     patches:
       - /opt/sglang/patches/0001-ddtree-register-algorithm.patch
       - /opt/sglang/patches/0002-ddtree-dflash-family.patch
+      - /opt/sglang/patches/0003-ddtree-tree.patch
     checksums: "{{ lookup('ansible.builtin.file', 'patches/SHA256SUMS') | ddtree_parse_sha256sums }}"
     expect:
       sglang/srt/speculative/spec_info.py:

@@ -84,6 +84,17 @@ def patch_targets(patches):
     return touched
 
 
+def created_files(patches):
+    """Files the patches create (``--- /dev/null``), e.g. 0003's ddtree_tree.py."""
+    created = set()
+    for path in patches:
+        lines = Path(path).read_text().splitlines()
+        for old, new in zip(lines, lines[1:]):
+            if old.startswith("--- /dev/null") and new.startswith("+++ b/"):
+                created.add(new[len("+++ b/") :].split("\t", 1)[0].strip())
+    return created
+
+
 @pytest.fixture(scope="module")
 def members():
     """Wheel members to unpack: sglang/__init__.py, every srt module naming DFLASH, every patch target."""
@@ -92,8 +103,10 @@ def members():
         names = set(wheel.namelist())
         wanted = {n for n in names if n.startswith("sglang/srt/") and n.endswith(".py") and b"DFLASH" in wheel.read(n)}
     targets = patch_targets(patches)
-    assert not [t for t in targets if t not in names], "the patches target files missing from the wheel"
-    return sorted(wanted | set(targets) | {"sglang/__init__.py"})
+    new = created_files(patches)
+    assert not [t for t in targets if t not in names and t not in new], "the patches target files missing from the wheel"
+    assert not [t for t in new if t in names], "a patch creates a file the wheel already has"
+    return sorted(wanted | (set(targets) - new) | {"sglang/__init__.py"})
 
 
 def unpack(dest, members):
@@ -282,6 +295,9 @@ def test_full_series_applies_cleanly_and_is_idempotent(site, monkeypatch):
     assert sorted(result["files"]) == sorted(touched)
     assert set(DETECTOR_FILES) <= set(touched)
     assert litter(site, touched) == []
+    created = created_files(patches)
+    assert created == {"sglang/srt/speculative/ddtree_tree.py"}
+    assert all((site / rel).is_file() for rel in created)
 
     stamp = json.loads((site / "sglang" / ".ddtree-patchset.json").read_text())
     assert (

@@ -103,7 +103,8 @@ def test_configuration_is_quarantined_and_its_venv_kept(incident, evidence):
     assert re.fullmatch(r"/opt/sglang/venvs/0\.5\.23-[0-9a-f]{12}", venv), venv
     stamp = labkit.read_json(HOST, f"{venv}/.ddtree-venv.json")
     assert [p["name"] for p in stamp["patches"]] == [
-        "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch"], stamp
+        "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch",
+        "0003-ddtree-tree.patch"], stamp
     labkit.ssh(HOST, f"test -x {venv}/bin/python && {venv}/bin/python -c 'import sglang_lab_standin'")
 
 

@@ -150,7 +150,8 @@ def test_shipped_series_has_a_checksum_for_every_patch():
     pdir = REPO / "roles" / "sglang" / "files" / "patches"
     plan = ddtree_flags.patch_plan((pdir / "series").read_text(), (pdir / "SHA256SUMS").read_text(),
                                    load(REPO / "roles" / "sglang" / "defaults" / "main.yml")["sglang_patches"], [], str(pdir))
-    assert [p["name"] for p in plan] == ["0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch"]
+    assert [p["name"] for p in plan] == [
+        "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch", "0003-ddtree-tree.patch"]
 
 
 def test_config_fingerprint_changes_with_any_part():

@@ -88,7 +88,11 @@ def test_repo_series_matches_sha256sums():
 
     names = ddtree_patch.read_series(PATCH_DIR / "series")
     sums = ddtree_patch.read_sha256sums(PATCH_DIR / "SHA256SUMS")
-    assert names == ["0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch"]
+    assert names == [
+        "0001-ddtree-register-algorithm.patch",
+        "0002-ddtree-dflash-family.patch",
+        "0003-ddtree-tree.patch",
+    ]
     assert sorted(sums) == sorted(names), "SHA256SUMS must list exactly the patches in series"
     for name in names:
         assert sums[name] == sha256(PATCH_DIR / name), "%s changed: regenerate SHA256SUMS" % name
@@ -101,11 +105,39 @@ def test_repo_patches_use_site_packages_paths():
         text = (PATCH_DIR / name).read_text()
         targets = ddtree_patch.patch_targets(text)
         assert targets and all(t.startswith("sglang/srt/") for t in targets), targets
-        for line in text.splitlines():
+        lines = text.splitlines()
+        for index, line in enumerate(lines):
+            if line.startswith("--- /dev/null"):  # a new file: only as "--- /dev/null" + "+++ b/..."
+                if not (index + 1 < len(lines) and lines[index + 1].startswith("+++ b/")):
+                    pytest.fail("%s: /dev/null header without a '+++ b/' line: %r" % (name, line))
+                continue
             if line.startswith("--- ") and not line.startswith("--- a/"):
                 pytest.fail("%s: unexpected header %r" % (name, line))
             if line.startswith("+++ ") and not line.startswith("+++ b/"):
                 pytest.fail("%s: unexpected header %r" % (name, line))
+
+
+# The incident's half-patched state (0001 alone) and the DFLASH-family wiring (0002) must stay
+# reproducible: later work goes into new patches, these two keep their bytes.
+PINNED = {
+    "0001-ddtree-register-algorithm.patch": "11721fd8da78fa43088a46c2ef259420e09c7195cee7f1e73959266468f6cc0c",
+    "0002-ddtree-dflash-family.patch": "427e240679a1228ed2200f66f6e85da0539a97d0978ce842c0e07b89cc657f66",
+}
+
+
+def test_0001_and_0002_keep_their_bytes():
+    for name, digest in PINNED.items():
+        assert sha256(PATCH_DIR / name) == digest, "%s changed; add a new patch instead" % name
+
+
+def test_0003_only_creates_ddtree_tree():
+    import ddtree_patch
+
+    text = (PATCH_DIR / "0003-ddtree-tree.patch").read_text()
+    assert ddtree_patch.patch_targets(text) == ["sglang/srt/speculative/ddtree_tree.py"]
+    headers = [line for line in text.splitlines() if line.startswith(("--- ", "+++ ", "@@ "))]
+    assert headers[:2] == ["--- /dev/null", "+++ b/sglang/srt/speculative/ddtree_tree.py"]
+    assert len(headers) == 3 and headers[2].startswith("@@ -0,0 +1,"), headers
 
 
 def test_0001_only_touches_spec_info():

@@ -91,7 +91,8 @@ def test_baseline_url(fake_server):
     cand = fake_server()
     cand.beh.answer = lambda prompt: ("A tiny draft model guesses tokens and the big model "
                                       "checks them all at once, which is faster.")
-    f = ["--prompts", "/dev/stdin"]
+    # Agreement only: two equally fast fakes' speed ratio is noise (the floor has its own test).
+    f = ["--prompts", "/dev/stdin", "--min-speed-ratio", "0"]
     prompts = json.dumps([{"name": "free", "prompt": "Explain things.", "max_tokens": 64}])
     p = run(["probe", "--url", cand.url, "--baseline-url", base.url] + f + QUICK, stdin=prompts)
     # A fluent answer that is not the baseline's greedy text: a lossless violation, exit 1.

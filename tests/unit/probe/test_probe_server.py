@@ -318,7 +318,7 @@ def test_fluent_but_different_candidate_fails_with_both_continuations(fake_serve
     assert all(p.get("top_margins") for p in baseline["prompts"])   # logprobs were asked for
     assert base.beh.requests[0][2]["return_logprob"] is True
     assert base.beh.requests[0][2]["top_logprobs_num"] == dp.DEFAULT_TOP_LOGPROBS
-    rep = dp.run_probe(cand.url, baseline=baseline, min_speed_ratio=0.5, **FAST)
+    rep = dp.run_probe(cand.url, baseline=baseline, **FAST)
     assert rep["verdict"] == "fail"
     assert [r.split(":")[0] for r in rep["reasons"]] == ["lossless_violation"]
     assert "freeform: diverges from the baseline at token" in rep["reasons"][0]
@@ -347,7 +347,7 @@ def test_divergence_at_a_near_tie_of_the_baseline_passes_with_a_warning(fake_ser
     at = len(split_tokens(prose[:prose.index("single forward pass") + len("single f")])) - 1
     base.beh.margin = lambda prompt, i: 0.05 if i == at else 5.0
     baseline = dp.run_probe(base.url, **FAST)
-    rep = dp.run_probe(cand.url, baseline=baseline, min_speed_ratio=0.5, **FAST)
+    rep = dp.run_probe(cand.url, baseline=baseline, **FAST)
     assert rep["verdict"] == "pass", rep["reasons"]
     agree = {e["name"]: e for e in rep["baseline"]["prompts"]}["freeform"]["agreement"]
     assert agree["status"] == "near_tie" and agree["token_index"] == at

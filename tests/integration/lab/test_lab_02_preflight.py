@@ -115,5 +115,5 @@ def test_site_settings_in_the_inventory_win_over_the_project_defaults(lab, tmp_p
     assert m, f"no diff of the unit in the output:\n{run.tail(120)}"
     added = " ".join(line for line in m.group(1).splitlines() if line.startswith("+"))
     assert "--mem-fraction-static 0.77 " in added, m.group(1)
-    assert "--cuda-graph-max-bs 12 " in added, m.group(1)
+    assert "--cuda-graph-max-bs-decode 12 " in added, m.group(1)
     assert before == after, f"--check changed ct200:\n{labkit.snapshot_diff(before, after)}"

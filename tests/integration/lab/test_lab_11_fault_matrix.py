@@ -94,8 +94,11 @@ def serving_restored(host: str, kg: dict, timeout: float = 90) -> str:
 
 
 def candidate_running(host: str) -> bool:
-    unit = labkit.ssh(host, f"cat {labkit.UNIT}; systemctl is-active sglang.service", check=False).stdout
-    return "DDTREE" in unit and unit.rstrip().endswith("\nactive")
+    """The DDTREE candidate is the service's running process (not only the unit file on disk,
+    which is in place a few tasks before the restart while the old process still runs)."""
+    cmd = ("pid=$(systemctl show -p MainPID --value sglang.service); "
+           "[ \"${pid:-0}\" -gt 0 ] && tr '\\0' ' ' < /proc/$pid/cmdline")
+    return "--speculative-algorithm DDTREE" in labkit.ssh(host, cmd, check=False).stdout
 
 
 def host_evidence(host: str, before: set[str]) -> tuple[str, str]:

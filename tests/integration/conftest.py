@@ -9,7 +9,8 @@ after ``labctl up --slots K``: worker gw<k> owns lab slot k (tests/integration/l
   by one to whichever worker is free (the fault matrix: 18 cases of one to two minutes each;
   the two molecule scenarios).
 * Units start longest first (SLOW_FIRST, from artifacts/test-times.md), so the long ones
-  overlap with everything else instead of running alone at the end.
+  overlap with everything else instead of running alone at the end: a group left out of the
+  list runs after every listed one, so list each new group by its measured time.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from __future__ import annotations
 import pytest
 
 SLOW_FIRST = [
-    "test_lab_12_secrets.py", "test_molecule.py::deploy", "test_lab_08_benchmark.py", "test_lab_06_drift.py",
-    "test_lab_03_incident.py", "test_bad_input_matrix.py", "test_lab_09_drift_timer.py",
-    "test_molecule.py::default", "test_lab_04_ct129_failures.py", "test_lab_05_ct200_ddtree.py",
-    "test_lab_07_rollout.py", "test_lab_10_interrupted.py", "test_lab_02_preflight.py",
-    "test_lab_01_basics.py", "test_patch_wheel.py",
+    "test_lab_06_drift.py", "test_lab_08_benchmark.py", "test_lab_12_secrets.py",
+    "test_lab_04_ct129_failures.py", "test_molecule.py::deploy", "test_lab_07_rollout.py",
+    "test_lab_05_ct200_ddtree.py", "test_lab_10_interrupted.py", "test_lab_14_slices.py",
+    "test_lab_09_drift_timer.py", "test_lab_02_preflight.py", "test_lab_03_incident.py",
+    "test_bad_input_matrix.py", "test_lab_13_runner.py", "test_molecule.py::default",
+    # The fault matrix's cases (about a minute each, spread one by one) fill the gaps the long
+    # groups leave; the two groups of a few seconds come last.
+    "test_lab_11_fault_matrix.py", "test_lab_01_basics.py", "test_patch_wheel.py",
 ]
 # Modules whose tests share nothing but function-scoped fixtures: each test is its own unit.
 SPREAD = {"test_lab_11_fault_matrix.py", "test_molecule.py"}

@@ -111,6 +111,10 @@ def test_fork_style_emits_dflash_plus_fork_flag_which_upstream_rejects():
     assert exc.value.code == 2
     ns = cli.parse_args(argv, extra_flags=[ddtree_flags.DDTREE_FORK_FLAG])
     assert ns.speculative_algorithm == "DFLASH"
+    # The role names the same flag when it refuses this style for a PyPI source, and checks a
+    # git fork's installed source for it (roles/sglang: tasks/main.yml, tasks/install.yml).
+    role_vars = load(REPO / "roles" / "sglang" / "vars" / "main.yml")
+    assert role_vars["sglang_config_ddtree_fork_flag"] == ddtree_flags.DDTREE_FORK_FLAG
 
 
 @pytest.mark.parametrize("bad,needle", [

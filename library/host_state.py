@@ -11,10 +11,10 @@ short_description: Read a host's live SGLang serving state in one call and list 
 description:
   - Reads, in one pass on the host, everything the "is anything different from the declared state?"
     decision needs, so that a host in sync costs one round trip instead of one per file.
-  - The live unit and EnvironmentFile (sha1, compared with the declared digests), whether the service
+  - The live unit, EnvironmentFile and logging config (sha1, compared with the declared digests), whether the service
     is active and enabled (C(systemctl is-active), C(systemctl is-enabled)).
   - The quarantine record of the declared configuration fingerprint, and the known-good record
-    (link, C(meta.json), C(unit), C(env) with sha256, number of records under C(records/)).
+    (link, C(meta.json), C(unit), C(env), C(logging) with sha256, number of records under C(records/)).
   - The declared venv's completion stamp, its Python version, and a dry run of the patch set on it
     (GNU patch C(--dry-run); the venv is never changed).
   - The verification markers of the declared weights directories.
@@ -50,6 +50,14 @@ options:
     description: sha1 of the declared environment text.
     type: str
     required: true
+  logging_file:
+    description:
+      - Where the logging config the unit points SGLang at (C(SGLANG_LOGGING_CONFIG_PATH)) lives.
+      - When set, a missing or different file is a difference and makes the service change.
+    type: path
+  logging_sha1:
+    description: sha1 of the declared logging config text; required with O(logging_file).
+    type: str
   venv:
     description: The declared venv directory.
     type: path
@@ -111,6 +119,8 @@ EXAMPLES = r"""
     unit_sha1: "{{ sglang_service_unit_text | hash('sha1') }}"
     env_file: /etc/sglang/sglang.env
     env_sha1: "{{ sglang_service_env_text | hash('sha1') }}"
+    logging_file: /etc/sglang/sglang-logging.json
+    logging_sha1: "{{ sglang_service_logging_text | hash('sha1') }}"
     venv: /opt/sglang/venvs/0.5.23-abc123
     patches: [/opt/sglang/patches/abc123/0001-ddtree-register-algorithm.patch]
     checksums: {0001-ddtree-register-algorithm.patch: "{{ '0' * 64 }}"}
@@ -130,7 +140,7 @@ differences:
   elements: str
   sample: ["service: sglang.service is inactive", "known-good: record is 1a2b, declared 3c4d"]
 pending_change:
-  description: Whether the unit, the environment, or the service's active/enabled state must change.
+  description: Whether the unit, the environment, the logging config, or the service's active/enabled state must change.
   returned: always
   type: bool
 quarantine:
@@ -149,13 +159,13 @@ known_good:
     dir: {description: The known-good link., type: str}
     link_exists: {description: "Whether the link (or directory) exists, dangling or not.", type: bool}
     link_target: {description: "The link's target as written, or null.", type: str}
-    files: {description: "meta.json, unit and env, each with exists and sha256.", type: dict}
+    files: {description: "meta.json, unit, env and logging (the latter only in records that have one), each with exists and sha256.", type: dict}
     meta: {description: "The parsed meta.json, or null.", type: dict}
     records: {description: How many records are under records/., type: int}
     fingerprint: {description: "The known-good fingerprint, empty when there is none.", type: str}
     problem: {description: "Why the record cannot be trusted for a rollback, or null.", type: str}
 live:
-  description: The live unit and environment (path, exists, sha1) and the service's active and enabled state.
+  description: The live unit, environment and (with O(logging_file)) logging config (path, exists, sha1) and the service's active and enabled state.
   returned: always
   type: dict
 venv:
@@ -206,6 +216,8 @@ def main():
             unit_sha1=dict(type="str", required=True),
             env_file=dict(type="path", required=True),
             env_sha1=dict(type="str", required=True),
+            logging_file=dict(type="path"),
+            logging_sha1=dict(type="str"),
             venv=dict(type="path", required=True),
             python=dict(type="path", default="/usr/bin/python3"),
             patches=dict(type="list", elements="path", default=[]),
@@ -216,6 +228,7 @@ def main():
             lock_dir=dict(type="path"),
         ),
         supports_check_mode=True,
+        required_together=[("logging_file", "logging_sha1")],
     )
     params = dict(module.params)
     params["checksums"] = {str(k): str(v) for k, v in (params["checksums"] or {}).items()}

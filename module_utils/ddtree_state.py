@@ -22,6 +22,9 @@ except ImportError:
     from ddtree_patch import PatchSetError, ensure_patchset
 
 KG_FILES = ("meta.json", "unit", "env")
+# Recorded since the unit reads a logging config (SGLANG_LOGGING_CONFIG_PATH); a record written
+# before has none, and is intact without it (its unit does not read one).
+KG_OPTIONAL_FILES = ("logging",)
 # What of a host's GPUs the known-good record keeps (roles/known_good promote), and compares.
 GPU_KEYS = ("arch", "count", "names", "memory_total_mib")
 
@@ -64,10 +67,10 @@ def read_quarantine(state_dir, fingerprint):
 
 
 def read_known_good(state_dir):
-    """The known-good link, its three files with sha256, its metadata, and how many records exist."""
+    """The known-good link, its files with sha256, its metadata, and how many records exist."""
     kg_dir = os.path.join(state_dir, "known-good")
-    files = {name: {"exists": False, "sha256": None} for name in KG_FILES}
-    for name in KG_FILES:
+    files = {}
+    for name in KG_FILES + KG_OPTIONAL_FILES:
         digest = file_digest(os.path.join(kg_dir, name), "sha256")
         files[name] = {"exists": digest is not None, "sha256": digest}
     meta = None
@@ -124,6 +127,8 @@ def known_good_problem(kg, state_dir):
             and files["env"]["exists"]
             and files["unit"]["sha256"] == meta.get("unit_sha256")
             and files["env"]["sha256"] == meta.get("env_sha256")
+            # The logging config: present and matching when the record lists it, else absent.
+            and files["logging"]["sha256"] == meta.get("logging_sha256")
         )
         if not intact:
             return (
@@ -164,6 +169,12 @@ def differences(state, declared):
         out.append("environment: %s is missing" % env["path"])
     elif env["sha1"] != declared["env_sha1"]:
         out.append("environment: %s differs from the declared one" % env["path"])
+    logging_conf = live.get("logging")
+    if logging_conf is not None:
+        if not logging_conf["exists"]:
+            out.append("logging config: %s is missing" % logging_conf["path"])
+        elif logging_conf["sha1"] != declared["logging_sha1"]:
+            out.append("logging config: %s differs from the declared one" % logging_conf["path"])
     if live["active"] != "active":
         out.append("service: %s is %s" % (declared["service"], live["active"]))
     if live["enabled"] != "enabled":
@@ -186,10 +197,12 @@ def differences(state, declared):
 
 
 def pending_change(state, declared):
-    """Whether the service itself (unit, environment, active, enabled) must change."""
+    """Whether the service itself (unit, environment, logging config, active, enabled) must change."""
     live = state["live"]
+    logging_conf = live.get("logging")
     return bool(
-        not live["unit"]["exists"]
+        (logging_conf is not None and logging_conf["sha1"] != declared["logging_sha1"])
+        or not live["unit"]["exists"]
         or live["unit"]["sha1"] != declared["unit_sha1"]
         or not live["env"]["exists"]
         or live["env"]["sha1"] != declared["env_sha1"]
@@ -259,8 +272,11 @@ def read_state(params, runner=subprocess.run):
         "active": systemctl("is-active", params["service"], runner),
         "enabled": systemctl("is-enabled", params["service"], runner),
     }
-    for item in ("unit", "env"):
-        live[item]["exists"] = live[item]["sha1"] is not None
+    if params.get("logging_file"):
+        live["logging"] = {"path": params["logging_file"], "sha1": file_digest(params["logging_file"], "sha1")}
+    for item in ("unit", "env", "logging"):
+        if item in live:
+            live[item]["exists"] = live[item]["sha1"] is not None
     venv = params["venv"]
     venv_state = {"path": venv, "exists": os.path.exists(os.path.join(venv, ".ddtree-venv.json")),
                   "python_version": None}

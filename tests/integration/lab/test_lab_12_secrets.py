@@ -7,6 +7,11 @@ and a drift run; afterwards everything the tool wrote -- play output, artifacts/
 host's journal and files -- is searched for the canaries. They may live only in the service's
 EnvironmentFile, the known-good record's copy of it and the snapshot taken before a change, all
 0600 and owned by the service user.
+
+SGLang itself logs every server argument at start-up, the API key in clear (logger
+sglang.srt.entrypoints.engine, ``server_args={...}``), and so does the lab's stand-in. The journal
+stays clean only because the unit points SGLang at the role's logging config, which raises that
+logger to WARNING; the last tests prove both halves on the host.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ CANARIES = (KEY, TOKEN)
 ALLOWED_ON_HOST = re.compile(r"^(/etc/sglang/sglang\.env|/var/lib/ddtree-fleet/records/[0-9a-f]+/env"
                              r"|/var/lib/ddtree-fleet/staging/previous-sglang\.env)$")
 FAULTS_ENV = "/etc/ddtree-lab/faults.env"
+LOGGING_CONFIG = "/etc/sglang/sglang-logging.json"
+UNIT = "/etc/systemd/system/sglang.service"
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +141,49 @@ def test_the_service_runs_unprivileged_and_hardened(runs):
                  + labkit.read_text(HOST, "/proc/net/tcp6").splitlines()[1:]
                  if line.split()[3] == "0A" and line.split()[1].endswith(":7530")}
     assert listening == {"0100007F:7530"}, listening
+
+
+def test_the_unit_points_sglang_at_the_logging_config(runs):
+    assert labkit.ssh(HOST, f"stat -c '%a %U %G' {LOGGING_CONFIG}").stdout.split() == ["644", "root", "root"]
+    doc = json.loads(labkit.read_text(HOST, LOGGING_CONFIG))
+    assert doc["disable_existing_loggers"] is False
+    assert doc["loggers"]["sglang.srt.entrypoints.engine"]["level"] == "WARNING"
+    env = labkit.ssh(HOST, "systemctl show sglang.service -p Environment").stdout
+    assert f"SGLANG_LOGGING_CONFIG_PATH={LOGGING_CONFIG}" in env, env
+    # The known-good record keeps it with the unit and the EnvironmentFile.
+    kg = labkit.known_good(HOST)
+    assert kg["meta"].get("logging_sha256") == labkit.sha256(
+        HOST, f"{labkit.STATE_DIR}/known-good/logging")[f"{labkit.STATE_DIR}/known-good/logging"], kg
+
+
+def start_standin_once(marker: str, logging_config: bool) -> str:
+    """The host's own stand-in (the service's venv and user), started once with a key that is not a
+    canary and stopped right after it logged its arguments (lab fault exit_on_start); its journal."""
+    unit = f"ddtree-logcheck-{secrets.token_hex(4)}"
+    python = re.search(r"^ExecStart=(\S+) ", labkit.read_text(HOST, UNIT), re.M).group(1)
+    assert python.endswith("/bin/python"), python
+    setenv = f"-E SGLANG_LOGGING_CONFIG_PATH={LOGGING_CONFIG}" if logging_config else ""
+    # --description: systemd's own "Started ..." line would otherwise show the command line.
+    labkit.ssh(HOST, f"systemd-run --quiet --wait --collect --unit={unit} --description={unit} "
+                     f"-p User=sglang -p Group=sglang "
+                     f"-E DDTREE_LAB_FAULT=exit_on_start {setenv} {python} -m sglang_lab_standin "
+                     f"--model-path /nonexistent --port 1 --api-key {marker} || true", timeout=60)
+
+    def journal():
+        out = labkit.ssh(HOST, f"journalctl --no-pager -o cat -u {unit} _TRANSPORT=stdout").stdout
+        return out if "exit_on_start" in out else None
+    return labkit.wait_until(journal, 30, what=f"{unit}'s journal")
+
+
+def test_without_the_logging_config_the_key_would_be_in_the_journal(runs):
+    """The canary check above means something: the stand-in on the host logs its arguments like
+    SGLang (key in clear) unless the role's logging config is in force."""
+    marker = f"ddtree-logcheck-{secrets.token_hex(8)}"
+    journal = start_standin_once(marker, logging_config=False)
+    line = next((x for x in journal.splitlines() if "server_args={" in x), None)
+    assert line is not None, f"the stand-in did not log its arguments like SGLang:\n{journal}"
+    assert re.match(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] server_args=\{'model_path': ", line), line
+    assert f"'api_key': '{marker}'" in line
+    marker = f"ddtree-logcheck-{secrets.token_hex(8)}"
+    journal = start_standin_once(marker, logging_config=True)
+    assert marker not in journal and "server_args=" not in journal, journal

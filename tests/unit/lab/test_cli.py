@@ -96,10 +96,8 @@ def test_fork_flag_only_when_source_has_it():
     assert a.speculative_dflash_enable_ddtree is True
 
 
-def test_server_args_repr_redacts_secrets():
+def test_redacted_hides_secrets_for_server_info():
     a = cli.parse_args(["--model-path", "x", "--api-key", "s3cr3t", "--admin-api-key", "adm1n"])
-    text = cli.server_args_repr(a)
-    assert text.startswith("ServerArgs(model_path='x'")
-    assert "s3cr3t" not in text and "adm1n" not in text
-    assert "api_key='***'" in text
-    assert "api_key=None" in cli.server_args_repr(cli.parse_args(["--model-path", "x"]))
+    out = cli.redacted(a)
+    assert out["model_path"] == "x" and out["api_key"] == "***" and out["admin_api_key"] == "***"
+    assert cli.redacted(cli.parse_args(["--model-path", "x"]))["api_key"] is None

@@ -299,3 +299,55 @@ def test_gpu_not_read_unless_asked(host):
     state = host.in_sync().read(gpu=False)
     assert state["gpu"] is None and state["gpu_error"] is None and state["in_sync"] is False
     assert not any(c[0] == "/usr/bin/nvidia-smi" for c in host.calls)
+
+
+LOGGING = '{"version": 1, "disable_existing_loggers": false}\n'
+
+
+def with_logging_config(host, promoted=False):
+    """A promoted host whose unit reads a logging config, recorded with the known-good record."""
+    if not promoted:
+        host.in_sync()
+    logging_file = host.root / "etc" / "sglang-logging.json"
+    logging_file.write_text(LOGGING)
+    record = host.state_dir / "records" / "fp-declared"
+    (record / "logging").write_text(LOGGING)
+    meta = json.loads((record / "meta.json").read_text())
+    meta["logging_sha256"] = sha(LOGGING, "sha256")
+    (record / "meta.json").write_text(json.dumps(meta))
+    return logging_file, {"logging_file": str(logging_file), "logging_sha1": sha(LOGGING, "sha1")}
+
+
+def test_logging_config_is_part_of_the_declared_state(host):
+    logging_file, params = with_logging_config(host)
+    state = host.read(**params)
+    assert state["differences"] == [] and state["pending_change"] is False and state["in_sync"] is True
+    assert state["live"]["logging"] == {"path": str(logging_file), "sha1": sha(LOGGING, "sha1"), "exists": True}
+    assert state["known_good"]["files"]["logging"] == {"exists": True, "sha256": sha(LOGGING, "sha256")}
+    logging_file.write_text(LOGGING.replace("false", "true"))
+    state = host.read(**params)
+    assert state["differences"] == ["logging config: %s differs from the declared one" % logging_file]
+    assert state["pending_change"] is True and state["in_sync"] is False
+    logging_file.unlink()
+    state = host.read(**params)
+    assert state["differences"] == ["logging config: %s is missing" % logging_file]
+    assert state["pending_change"] is True
+
+
+def test_record_without_logging_config_is_intact_one_that_lists_it_needs_it(host):
+    # A record from before the logging config (no file, no logging_sha256): intact.
+    host.in_sync()
+    assert host.read()["known_good"]["problem"] is None
+    _, params = with_logging_config(host, promoted=True)
+    record = host.state_dir / "records" / "fp-declared"
+    assert host.read(**params)["known_good"]["problem"] is None
+    (record / "logging").write_text(LOGGING + "\n")
+    assert "does not match its checksums" in host.read(**params)["known_good"]["problem"]
+    (record / "logging").unlink()
+    assert "does not match its checksums" in host.read(**params)["known_good"]["problem"]
+
+
+def test_module_takes_the_logging_config_with_its_digest(run_module, host):
+    _, params = with_logging_config(host)
+    res = run_module("host_state", host.params(gpu=False, logging_file=params["logging_file"]))
+    assert res.failed and "logging_sha1" in res.result["msg"], res.result

@@ -202,15 +202,13 @@ def parse_args(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> argparse
 
 
 def redacted(args: argparse.Namespace) -> dict:
-    """The args as a dict with secrets replaced by '***' (None stays None)."""
+    """The args as a dict with secrets replaced by '***' (None stays None), for /server_info.
+
+    The start-up log line is another matter: like the real server it logs the API keys in clear
+    (logconfig.server_args_for_logging).
+    """
     out = dict(vars(args))
     for dest in SECRET_DESTS:
         if out.get(dest) is not None:
             out[dest] = "***"
     return out
-
-
-def server_args_repr(args: argparse.Namespace) -> str:
-    """``ServerArgs(model_path='...', ...)`` like the real start-up log line, secrets redacted."""
-    items = ", ".join(f"{k}={v!r}" for k, v in redacted(args).items())
-    return f"ServerArgs({items})"

@@ -632,8 +632,7 @@ async def _consume_stream(reader, headers: dict, rec: dict, clock, parse: str = 
                             obj = None
                         if isinstance(obj, dict) and not obj.get("error"):
                             if n_new is None:
-                                n_new = int((obj.get("meta_info") or {})
-                                            .get("completion_tokens") or 0)
+                                n_new = _tokens_in(obj)
                                 last_event = ev
                             continue
                     else:
@@ -643,6 +642,16 @@ async def _consume_stream(reader, headers: dict, rec: dict, clock, parse: str = 
                             n_new = int(m.group(1))
                             last_event = ev
                             break
+                        if b'"output_ids"' in ev and b'"error"' not in ev:
+                            # no token count: decode this event for its cumulative output_ids
+                            try:
+                                obj = json.loads(ev)
+                            except ValueError:
+                                obj = None
+                            if isinstance(obj, dict):
+                                n_new = _tokens_in(obj)
+                                last_event = ev
+                                break
                     if b'"error"' in ev:
                         _record_final(ev, rec)
                         if rec["error"]:
@@ -670,6 +679,17 @@ async def _consume_stream(reader, headers: dict, rec: dict, clock, parse: str = 
     return dec is not None and dec.done and not pending.strip()
 
 
+def _tokens_in(obj: dict) -> int:
+    """Cumulative tokens of one /generate event: meta_info.completion_tokens, else the length
+    of the cumulative output_ids.  Never one per event: an event is a scheduler step, and under
+    speculative decoding a step adds several tokens."""
+    ct = (obj.get("meta_info") or {}).get("completion_tokens")
+    if ct is not None:
+        return int(ct)
+    ids = obj.get("output_ids")
+    return len(ids) if isinstance(ids, list) else 0
+
+
 def _record_final(ev: bytes, rec: dict) -> None:
     try:
         obj = json.loads(ev)
@@ -688,6 +708,9 @@ def _record_final(ev: bytes, rec: dict) -> None:
         rec["prompt_tokens"] = int(meta["prompt_tokens"])
     if meta.get("completion_tokens") is not None:
         rec["output_tokens"] = int(meta["completion_tokens"])
+    elif isinstance(obj.get("output_ids"), list):
+        rec["output_tokens"] = len(obj["output_ids"])
+    # spec_* are in the finished event only (SGLang's tokenizer manager); this is that event.
     if meta.get("spec_accept_length") is not None:
         rec["accept_length"] = float(meta["spec_accept_length"])
     fr = meta.get("finish_reason")

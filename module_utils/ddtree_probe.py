@@ -396,8 +396,29 @@ def _is_reset(exc: BaseException) -> bool:
 # one prompt
 # --------------------------------------------------------------------------
 
+# Word or punctuation pieces with their leading whitespace: an estimate of how many tokens a
+# text delta holds when the server sends neither token ids nor token counts.
+_PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+$")
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count of a text delta (at least 1 when it is not empty)."""
+    if not text:
+        return 0
+    return max(1, len(_PIECE_RE.findall(text)))
+
+
 class _Accumulator:
-    """Tracks text and token counts from SGLang /generate or OpenAI stream chunks."""
+    """Tracks text and token counts from SGLang /generate or OpenAI stream chunks.
+
+    A chunk is one scheduler step and may carry several tokens (speculative decoding), so
+    tokens are counted from ``completion_tokens`` (meta_info or continuous usage), else from
+    ``output_ids`` / ``token_ids``, else estimated from the text delta; never one per chunk.
+    The spec_* fields come from the finished chunk (SGLang sends them only there); values
+    from an earlier chunk are kept only when the finished one has none.
+    """
+
+    SPEC_KEYS = ("spec_accept_length", "spec_accept_rate", "spec_verify_ct")
 
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
@@ -408,10 +429,26 @@ class _Accumulator:
         self.chunks_with_text = 0
         self.finish_reason = None
         self.spec_accept_length = None
+        self.spec_accept_rate = None
         self.spec_verify_ct = None
         self.error = None
         self.done = False
         self._incremental_text = False
+        self._token_ids = 0            # OpenAI token_ids seen so far (return_token_ids)
+
+    def _spec(self, meta: dict, final: bool) -> None:
+        got = {k: meta.get(k) for k in self.SPEC_KEYS if meta.get(k) is not None}
+        if not got:
+            return
+        if final or self.finish_reason is None:
+            if "spec_accept_length" in got:
+                self.spec_accept_length = float(got["spec_accept_length"])
+            if "spec_accept_rate" in got:
+                self.spec_accept_rate = float(got["spec_accept_rate"])
+            if "spec_verify_ct" in got:
+                self.spec_verify_ct = got["spec_verify_ct"]
+        if final and self.spec_accept_length is None and self.spec_verify_ct:
+            self.spec_accept_length = self.tokens / float(self.spec_verify_ct)
 
     def feed(self, obj) -> bool:
         """Apply one decoded `data:` object; True when it carried new tokens."""
@@ -424,17 +461,29 @@ class _Accumulator:
             return False
         if self.endpoint == "completions":
             choices = obj.get("choices") or []
+            counted = False
+            usage = obj.get("usage")
+            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                # continuous_usage_stats: the running count on every chunk (and the final usage)
+                self.tokens = max(self.tokens, int(usage["completion_tokens"]))
+                counted = True
             if choices and isinstance(choices[0], dict):
-                delta = choices[0].get("text") or ""
+                choice = choices[0]
+                delta = choice.get("text") or ""
+                ids = choice.get("token_ids")
+                if isinstance(ids, list) and ids:
+                    self._token_ids += len(ids)
+                    self.ids.extend(ids)
+                    if not counted:
+                        self.tokens = max(self.tokens, self._token_ids)
+                        counted = True
                 if delta:
                     self.text += delta
                     self.chunks_with_text += 1
-                    self.tokens += 1
-                if choices[0].get("finish_reason"):
-                    self.finish_reason = choices[0]["finish_reason"]
-            usage = obj.get("usage")
-            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                self.tokens = max(self.tokens, int(usage["completion_tokens"]))
+                    if not counted:
+                        self.tokens += estimate_tokens(delta)
+                if choice.get("finish_reason"):
+                    self.finish_reason = choice["finish_reason"]
         else:
             text = obj.get("text")
             if isinstance(text, str):
@@ -463,13 +512,11 @@ class _Accumulator:
             elif isinstance(ids, list):
                 self.tokens = max(self.tokens, len(self.ids))
             elif len(self.text) > before[1]:
-                self.tokens += 1
-            if meta.get("finish_reason"):
+                self.tokens += estimate_tokens(self.text[before[1]:])
+            final = bool(meta.get("finish_reason"))
+            if final:
                 self.finish_reason = _finish_type(meta["finish_reason"])
-            if meta.get("spec_accept_length") is not None:
-                self.spec_accept_length = float(meta["spec_accept_length"])
-            if meta.get("spec_verify_ct") is not None:
-                self.spec_verify_ct = meta["spec_verify_ct"]
+            self._spec(meta, final)
         return (self.tokens, len(self.text)) != before
 
 
@@ -478,7 +525,8 @@ def _request_for(endpoint, item, model, top_logprobs=0):
         path = "/v1/completions"
         body = {"model": model or "default", "prompt": item["prompt"],
                 "max_tokens": item["max_tokens"], "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True}}
+                # a running completion_tokens on every chunk: a chunk may hold several tokens
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     else:
         path = "/generate"
         body = {"text": item["prompt"],
@@ -523,6 +571,9 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
     first_tokens = 0
     last_t = None
     max_gap = 0.0
+    # Most tokens one event brought: a scheduler step may add several (speculative decoding),
+    # so the early rate checks allow for the next step's tokens arriving right now.
+    max_step = 0
     early = None          # (verdict, reason) when the probe gave up early
     stream = _Stream(url, clock)
     saw_done = False
@@ -637,7 +688,9 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                             obj = json.loads(payload.decode("utf-8", "replace"))
                         except ValueError:
                             continue
+                        tokens_before = acc.tokens
                         progressed = acc.feed(obj)
+                        max_step = max(max_step, acc.tokens - tokens_before)
                         if acc.error:
                             early = (FAIL, "stream_error: %s" % str(acc.error)[:200])
                             break
@@ -658,9 +711,11 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                 now = clock()
                 cum_s = prior_seconds + (now - t0)
                 # (Before any token at all, the TTFT and stall limits decide.)
+                # Both give the server the benefit of one more step arriving now, so a stream
+                # of large steps is not failed between two of them.
                 if (min_tokens_per_s and cum_s >= rate_window_s and not acc.finish_reason
                         and prior_tokens + acc.tokens > 0):
-                    cum_rate = (prior_tokens + acc.tokens) / cum_s
+                    cum_rate = (prior_tokens + acc.tokens + max(1, max_step)) / cum_s
                     floor = EARLY_RATE_FRACTION * min_tokens_per_s
                     if cum_rate < floor:
                         early = (FAIL, "rate_too_low: %.2f tokens/s over %.1f s of generation "
@@ -669,7 +724,8 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                         break
                 if first_t is not None and min_tokens_per_s and now - first_t >= rate_window_s:
                     rate_checked_at = now
-                    rate = (acc.tokens - first_tokens) / max(1e-6, now - first_t)
+                    rate = ((acc.tokens - first_tokens + max(1, max_step))
+                            / max(1e-6, now - first_t))
                     floor = EARLY_RATE_FRACTION * min_tokens_per_s
                     if rate < floor and not acc.finish_reason:
                         early = (FAIL, "rate_too_low: %.2f tokens/s after %.1f s (floor %g, early "

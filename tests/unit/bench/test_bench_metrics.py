@@ -234,3 +234,67 @@ def test_parse_base_url():
     assert req.startswith(b"POST /prefix/generate HTTP/1.1\r\n")
     assert b"Authorization: Bearer sekret\r\n" in req and b"Connection: keep-alive" in req
     assert req.endswith(b"Content-Length: 2\r\n\r\n{}")
+
+
+# ---- one event per scheduler step: one token, or several (speculative decoding) ------------
+
+def _stream_reads(step, n_tokens, tok_s, *, counts=True, spec_final=3.4):
+    """One read per scheduler step: the prefill token at t=0.5, then `step` tokens per step
+    at `tok_s` tokens/s; spec_* only in the finished event (as SGLang)."""
+    reads, times, done, t = [], [], 0, 0.5
+    while done < n_tokens:
+        k = 1 if done == 0 else min(step, n_tokens - done)
+        if done:
+            t += k / tok_s
+        done += k
+        meta = {"prompt_tokens": 9, "finish_reason": None}
+        if counts:
+            meta["completion_tokens"] = done
+        ev = {"text": "w" * done, "output_ids": list(range(1, done + 1)), "meta_info": meta}
+        if done == n_tokens:
+            meta["finish_reason"] = {"type": "length", "length": n_tokens}
+            if spec_final is not None:
+                meta.update(spec_accept_length=spec_final, spec_verify_ct=3)
+        data = _sse(ev) + (_sse(b"[DONE]") + b"0\r\n\r\n" if done == n_tokens else b"")
+        reads.append(data)
+        times.append(t)
+    return reads, times
+
+
+def _consume(reads, times, parse):
+    async def go():
+        chunks, clock = list(reads), iter(times + [times[-1]])
+
+        class OneByOne:
+            async def read(self, n):
+                return chunks.pop(0) if chunks else b""
+        rec = {"start": 0.0, "chunks": [], "end": 0.0, "prompt_tokens": 0, "output_tokens": 0,
+               "accept_length": None, "error": None}
+        await db._consume_stream(OneByOne(), {"transfer-encoding": "chunked"}, rec,
+                                 lambda: next(clock), parse)
+        return rec
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("parse", ["last", "every"])
+@pytest.mark.parametrize("counts", [True, False])     # False: only cumulative output_ids
+@pytest.mark.parametrize("step", [1, 4])
+def test_figures_are_per_token_whatever_the_step(parse, counts, step):
+    reads, times = _stream_reads(step, 21, 50.0, counts=counts)
+    rec = _consume(reads, times, parse)
+    assert rec["error"] is None and rec["output_tokens"] == 21
+    assert rec["accept_length"] == 3.4                     # from the finished event
+    m = db.request_metrics(rec)
+    assert m["ttft"] == approx(0.5) and m["output_len"] == 21
+    # one ITL entry per token after the first (not per event), each 1/50 s
+    assert len(m["itl"]) == 20 and m["itl"] == approx([0.02] * 20)
+    assert m["tpot"] == approx(0.02)
+    lv = db.level_metrics([rec], duration_s=rec["end"])
+    assert lv["total_output_tokens"] == 21 and lv["mean_itl_ms"] == approx(20.0)
+    assert lv["accept_length"] == 3.4 and lv["accept_length_source"] == "meta_info"
+
+
+def test_no_spec_fields_no_accept_length():
+    reads, times = _stream_reads(1, 5, 50.0, spec_final=None)
+    rec = _consume(reads, times, "last")
+    assert rec["accept_length"] is None and rec["output_tokens"] == 5

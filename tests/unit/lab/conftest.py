@@ -109,8 +109,12 @@ def launch(tmp_path, smi, sglang_tree):
             "DDTREE_LAB_SGLANG_DIR": str(sglang_tree(source)),
             "DDTREE_LAB_STARTUP_SECONDS": str(startup),
             "DDTREE_LAB_WARMUP_SECONDS": str(warmup),
+            # /health waits 1 s before it looks (as the real one); tests that do not time
+            # /health itself wait less.
+            "DDTREE_LAB_HEALTH_WAIT_SECONDS": "0.05",
             "PYTHONUNBUFFERED": "1",
         })
+        full_env.pop("SGLANG_HEALTH_CHECK_TIMEOUT", None)
         full_env.pop("CUDA_VISIBLE_DEVICES", None)
         full_env.update(env or {})
         argv = ["--model-path", "/models/lab-27b", "--host", "127.0.0.1", "--port", str(port), *args]

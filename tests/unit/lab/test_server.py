@@ -46,7 +46,7 @@ def test_startup_port_closed_then_503_then_200(launch):
     for path in ("/health", "/health_generate", "/ready"):
         assert requests.get(s.base + path, timeout=2).status_code == 200
     log = s.log
-    order = ["server_args=ServerArgs(model_path='/models/lab-27b'", "Load weight begin. avail mem=",
+    order = ["server_args={'model_path': '/models/lab-27b'", "Load weight begin. avail mem=",
              "Load weight end.", "Capture cuda graph begin. This can take up to several minutes.",
              "Capture cuda graph end.", f"INFO:     Uvicorn running on http://127.0.0.1:{s.port} (Press CTRL+C to quit)",
              "The server is fired up and ready to roll!"]
@@ -84,7 +84,9 @@ def test_auth_and_endpoint_shapes(nextn):
     models = requests.get(s.base + "/v1/models", headers=h, timeout=2).json()
     assert models["object"] == "list" and models["data"][0]["id"] == "lab27"
     assert requests.get(s.base + "/nope", headers=h, timeout=2).status_code == 404
-    assert KEY not in s.log
+    # Like sglang, only the engine's start-up line of all arguments holds the key (test_logconfig.py).
+    assert [line for line in s.log.splitlines() if KEY in line] == [
+        line for line in s.log.splitlines() if "] server_args={" in line]
 
 
 def test_generate_shape_and_known_answers(nextn):
@@ -122,6 +124,53 @@ def test_generate_streaming(nextn):
     assert all(texts[i + 1].startswith(texts[i]) for i in range(len(texts) - 1))  # cumulative
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "stop"
     assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    # One event per scheduler step: the prefill token, then NEXTN verify steps of ~3.1 tokens.
+    counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+    assert counts == [len(c["output_ids"]) for c in chunks] and counts == sorted(set(counts))
+    assert all(chunks[i + 1]["output_ids"][:len(chunks[i]["output_ids"])] == chunks[i]["output_ids"]
+               for i in range(len(chunks) - 1))
+    steps = [b - a for a, b in zip([0] + counts, counts)]
+    assert steps[0] == 1 and all(k in (3, 4) for k in steps[1:-1]) and 1 <= steps[-1] <= 4, steps
+    # spec_* only in the finished chunk; num_retractions and reasoning_tokens always.
+    spec = ("spec_accept_rate", "spec_accept_length", "spec_verify_ct", "spec_num_correct_drafts",
+            "spec_num_proposed_drafts")
+    assert all(k not in c["meta_info"] for c in chunks[:-1] for k in spec)
+    last = chunks[-1]["meta_info"]
+    assert all(k in last for k in spec) and last["spec_accept_length"] == pytest.approx(3.1)
+    assert last["spec_num_proposed_drafts"] == last["spec_verify_ct"] * 3     # NEXTN: 4 draft tokens
+    assert all(c["meta_info"]["num_retractions"] == 0 and c["meta_info"]["reasoning_tokens"] == 0
+               for c in chunks)
+
+
+def _stream_steps(s, text, max_new):
+    with requests.post(s.base + "/generate", headers=s.headers(), stream=True, timeout=30,
+                       json={"text": text, "stream": True,
+                             "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True}}) as r:
+        t0 = time.monotonic()
+        events = []
+        for line in r.iter_lines(decode_unicode=True):
+            if line and line != "data: [DONE]":
+                events.append((time.monotonic() - t0, json.loads(line[len("data: "):])))
+    counts = [e["meta_info"]["completion_tokens"] for _, e in events]
+    return [t for t, _ in events], counts
+
+
+@pytest.mark.parametrize("algo, accept, rate", [(None, None, 46.0), ("DDTREE", 5.2, 120 * 1.24)])
+def test_stream_granularity_and_pacing(launch, algo, accept, rate):
+    """NONE: one token per event; DDTREE (sm120): ~5.2 tokens per verify step; tokens/s unchanged."""
+    scale = 0.5
+    s = launch(["--speculative-algorithm", algo] if algo else [],
+               env={"DDTREE_LAB_RATE_SCALE": str(scale)}).wait_ready()
+    times, counts = _stream_steps(s, FREEFORM, 60)
+    assert counts[-1] == 60
+    steps = [b - a for a, b in zip([0] + counts, counts)]
+    if accept is None:
+        assert steps == [1] * 60
+    else:
+        assert steps[0] == 1 and set(steps[1:-1]) <= {5, 6}
+        assert (counts[-2] - 1) / (len(counts) - 2) == pytest.approx(accept, abs=0.3)
+    measured = (counts[-1] - counts[0]) / (times[-1] - times[0])
+    assert measured == pytest.approx(rate * scale, rel=0.2), (measured, steps)
 
 
 def test_openai_endpoints(nextn):
@@ -147,12 +196,26 @@ def test_openai_endpoints(nextn):
     assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
     text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"])
     assert text == "2, 3, 5, 7, 11"
-    assert chunks[-1]["usage"]["completion_tokens"] == len([c for c in chunks if c["choices"]
-                                                           and c["choices"][0]["delta"].get("content")])
+    # usage counts tokens (9: "2", ",", " 3", ...), the stream has one chunk per step (fewer)
+    content_chunks = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert chunks[-1]["usage"]["completion_tokens"] == 9 > len(content_chunks) >= 3
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop" and chunks[-2]["choices"][0]["delta"] == {}
+    assert len({c["id"] for c in chunks}) == 1 and len(chunks[0]["id"]) == 32   # the request id
     with requests.post(s.base + "/v1/completions", headers=h, stream=True, timeout=10, json={
             "model": "lab27", "stream": True, "prompt": "Tell me something.", "max_tokens": 4}) as r:
         events = sse_events(r)
     assert events[-1] == "[DONE]" and json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+    with requests.post(s.base + "/v1/completions", headers=h, stream=True, timeout=10, json={
+            "model": "lab27", "stream": True, "prompt": "Tell me something.", "max_tokens": 12,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}) as r:
+        chunks = [json.loads(e) for e in sse_events(r)[:-1]]
+    steps = [c for c in chunks if c["choices"]]
+    # the finish reason rides on the last step's chunk, every chunk has the running token count
+    assert [c["choices"][0]["finish_reason"] for c in steps] == [None] * (len(steps) - 1) + ["length"]
+    assert [c["usage"]["completion_tokens"] for c in steps][0] == 1
+    assert steps[-1]["usage"]["completion_tokens"] == chunks[-1]["usage"]["completion_tokens"] == 12
+    assert len(steps) < 12
 
 
 def test_metrics(nextn):
@@ -211,18 +274,26 @@ def test_unknown_ddtree_aborts_before_weights(launch):
     assert "Traceback (most recent call last):" in s.log and "Load weight begin" not in s.log
 
 
-def test_dim_mismatch_kills_process_on_first_request(launch):
-    s = launch(["--speculative-algorithm", "DDTREE"], source="ddtree_known").wait_ready()
-    assert "The server is fired up" in s.log          # the warm-up passed
-    assert requests.get(s.base + "/health", timeout=2).status_code == 200
-    with pytest.raises(requests.exceptions.ConnectionError):
-        requests.post(s.base + "/generate", timeout=10,
-                      json={"text": "What is 2 + 2? Answer with a number only."})
+def test_dim_mismatch_kills_process_during_warmup(launch):
+    """Half-patched DDTREE dies on its first generation: the server's own warm-up request, so the
+    port opens, /health says 503 (starting), and the process exits 1 without ever being healthy."""
+    s = launch(["--speculative-algorithm", "DDTREE"], source="ddtree_known", warmup=0.6)
+    wait_for(lambda: port_open(s.port), 5)
+    assert requests.get(s.base + "/health", timeout=2).status_code == 503
     assert s.proc.wait(timeout=5) == 1
-    assert ("RuntimeError: DFLASH target_hidden feature dim mismatch: got 5120, expected 25600 "
-            "(5 target layers x hidden 5120)") in s.log
+    assert ("ValueError: DFLASH target_hidden feature dim mismatch. Expected shape [N, 25600] "
+            "(num_context_features=5, hidden_size=5120), but got shape=(6, 5120).") in s.log
+    assert "models/dflash.py" in s.log and "Scheduler hit an exception" in s.log
     assert "arg_groups/kv_cache_hook.py" in s.log     # which files lack DDTREE
+    assert "fired up" not in s.log and 'POST /generate HTTP/1.1" 200' not in s.log
     assert not port_open(s.port)
+
+
+def test_dim_mismatch_with_skipped_warmup_dies_on_first_request(launch):
+    s = launch(["--speculative-algorithm", "DDTREE", "--skip-server-warmup"], source="ddtree_known").wait_ready()
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.post(s.base + "/generate", timeout=10, json={"text": "What is 2 + 2?"})
+    assert s.proc.wait(timeout=5) == 1 and "feature dim mismatch" in s.log
 
 
 def test_sm86_ddtree_patched_emits_bang(launch):
@@ -251,8 +322,11 @@ def test_sm120_ddtree_patched_correct_and_paced(launch):
         "sampling_params": {"max_new_tokens": 12}}).json()
     elapsed = time.monotonic() - t0
     assert body["text"].startswith("```python\ndef square")
-    assert elapsed >= 12 / rate * 0.9
-    assert body["meta_info"]["spec_accept_length"] == pytest.approx(5.2)
+    # the prefill token, then 3 verify steps (5 + 5 + 1 of 12 tokens), each worth 5.2 tokens of time
+    assert elapsed >= 3 * 5.2 / rate * 0.9
+    m = body["meta_info"]
+    assert m["spec_accept_length"] == pytest.approx(5.2) and m["spec_accept_rate"] == pytest.approx(0.27)
+    assert m["spec_verify_ct"] == 3 and m["num_retractions"] == 0 and m["reasoning_tokens"] == 0
 
 
 def test_max_running_requests_queues(launch):
@@ -298,6 +372,26 @@ def test_fault_hang_midstream(launch):
                     got.append(line)
     assert 1 <= len(got) <= 3 and b"[DONE]" not in b"".join(got)
     assert s.proc.poll() is None
+    # A stuck scheduler: /health answers 503 only after SGLANG_HEALTH_CHECK_TIMEOUT (20 s here).
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.get(s.base + "/health", timeout=1.5)
+
+
+def test_fault_hang_midstream_health_times_out_to_503(launch):
+    s = launch(["--speculative-algorithm", "NEXTN"],
+               env={"DDTREE_LAB_FAULT": "hang_midstream", "SGLANG_HEALTH_CHECK_TIMEOUT": "1"}).wait_ready()
+    counts = []
+    with pytest.raises(requests.exceptions.ConnectionError):
+        with requests.post(s.base + "/generate", stream=True, timeout=(2, 1.0),
+                           json={"text": "Tell me a story.", "stream": True,
+                                 "sampling_params": {"max_new_tokens": 20}}) as r:
+            for line in r.iter_lines(decode_unicode=True):
+                if line:
+                    counts.append(json.loads(line[len("data: "):])["meta_info"]["completion_tokens"])
+    assert counts == [1, 3]          # the prefill token, then a verify step cut at the hang
+    t0 = time.monotonic()
+    assert requests.get(s.base + "/health", timeout=5).status_code == 503
+    assert time.monotonic() - t0 >= 0.9
 
 
 def test_fault_crash_on_first_request(launch):
@@ -320,13 +414,42 @@ def test_fault_slow_text(launch):
     t0 = time.monotonic()
     body = requests.post(s.base + "/generate", timeout=10, json={
         "text": "What is the capital of France? Answer in one word."}).json()
-    assert body["text"] == "Paris." and time.monotonic() - t0 >= 2 / 5 * 0.9
+    # the first token after the prefill, the second one step (1 / 5 s) later
+    assert body["text"] == "Paris." and time.monotonic() - t0 >= 1 / 5 * 0.9
 
 
 def test_fault_unhealthy_after(launch):
-    s = launch(env={"DDTREE_LAB_FAULT": "unhealthy_after:0.6"}).wait_ready()
-    wait_for(lambda: requests.get(s.base + "/health", timeout=2).status_code == 503, 5)
+    s = launch(env={"DDTREE_LAB_FAULT": "unhealthy_after:0.6", "SGLANG_HEALTH_CHECK_TIMEOUT": "1"}).wait_ready()
+    assert requests.get(s.base + "/ready", timeout=2).status_code == 200
+    time.sleep(0.7)
+    # The scheduler no longer answers: /health waits out SGLANG_HEALTH_CHECK_TIMEOUT, then 503,
+    # and from then on /ready says 503 too.
+    t0 = time.monotonic()
+    assert requests.get(s.base + "/health", timeout=5).status_code == 503
+    assert 0.9 <= time.monotonic() - t0 < 3
+    assert "Health check failed. Server couldn't get a response from detokenizer" in s.log
+    assert requests.get(s.base + "/ready", timeout=2).status_code == 503
     assert requests.post(s.base + "/generate", json={"text": "x"}, timeout=5).status_code >= 500
+
+
+def test_health_and_ready_like_the_real_server(launch):
+    """GET only; 503 at once while starting; when up, a health generation checked after 1 s."""
+    s = launch(["--speculative-algorithm", "NEXTN"], warmup=0.8,
+               env={"DDTREE_LAB_HEALTH_WAIT_SECONDS": "1.0"})
+    wait_for(lambda: port_open(s.port), 5)
+    t0 = time.monotonic()
+    r = requests.get(s.base + "/health", timeout=2)
+    assert r.status_code == 503 and time.monotonic() - t0 < 0.5          # starting: no wait
+    r = requests.get(s.base + "/ready", timeout=2)
+    assert r.status_code == 503 and r.content == b""
+    s.wait_ready(10)
+    for path in ("/health", "/health_generate"):
+        t0 = time.monotonic()
+        r = requests.get(s.base + path, timeout=5)
+        assert r.status_code == 200 and r.content == b"" and 0.9 <= time.monotonic() - t0 < 2.5
+        assert requests.post(s.base + path, timeout=5).status_code == 405
+    r = requests.get(s.base + "/ready", timeout=2)
+    assert r.status_code == 200 and r.content == b"" and "content-type" not in r.headers
 
 
 def test_fault_never_healthy(launch):

@@ -70,6 +70,13 @@ class Behaviour:
         self.hang_after = 3                # tokens before hanging (mode hang)
         self.api_key = None                # require Bearer key
         self.spec_accept_length = 3.2
+        # Tokens per stream event (one event per scheduler step: several under speculative
+        # decoding); token_delay stays per token, so an event comes every step * token_delay.
+        self.step = 1
+        self.spec_every_chunk = False      # True: spec_* on every chunk (SGLang: the final only)
+        self.running_usage = True          # completions: usage on each chunk if asked for
+        self.token_ids = False             # completions: choices[0].token_ids per chunk
+        self.final_usage = True            # completions: the include_usage chunk at the end
         self.avg_spec_accept_length = 3.1
         self.requests = []                 # (path, headers dict, body dict)
         self.stop = threading.Event()
@@ -159,25 +166,39 @@ def make_handler(beh: Behaviour):
                 beh.stop.wait(60)
                 return
             text = ""
+            running_usage = (beh.running_usage and completions and
+                             (body.get("stream_options") or {}).get("continuous_usage_stats"))
+            step = max(1, int(beh.step))
+            ends = list(range(step, len(tokens), step)) + ([len(tokens)] if tokens else [])
             try:
-                for n, tok in enumerate(tokens, 1):
-                    if n > 1 and beh.token_delay:
-                        if beh.stop.wait(beh.token_delay):
+                prev = 0
+                for k, n in enumerate(ends):
+                    if k and beh.token_delay:
+                        if beh.stop.wait(beh.token_delay * (n - prev)):
                             return
                     if beh.mode == "hang" and n > beh.hang_after:
-                        beh.stop.wait(60)
-                        return
+                        if prev >= beh.hang_after or k == 0:
+                            beh.stop.wait(60)
+                            return
+                        n = beh.hang_after
+                    tok = "".join(tokens[prev:n])
                     text += tok
                     last = n == len(tokens)
                     if completions:
+                        choice = {"index": 0, "text": tok, "finish_reason": finish if last else None}
+                        if beh.token_ids:
+                            choice["token_ids"] = [token_id(t) for t in tokens[prev:n]]
                         obj = {"id": "cmpl-1", "object": "text_completion", "model": "test-model",
-                               "choices": [{"index": 0, "text": tok,
-                                            "finish_reason": finish if last else None}]}
+                               "choices": [choice]}
+                        if running_usage:
+                            obj["usage"] = {"prompt_tokens": 12, "completion_tokens": n}
                     else:
                         meta = {"id": "req-1", "prompt_tokens": 12, "completion_tokens": n,
                                 "finish_reason": {"type": finish} if last else None,
-                                "spec_accept_length": beh.spec_accept_length,
-                                "spec_verify_ct": max(1, n // 3)}
+                                "num_retractions": 0, "reasoning_tokens": 0}
+                        if last or beh.spec_every_chunk:
+                            meta.update(spec_accept_length=beh.spec_accept_length,
+                                        spec_verify_ct=max(1, n // 3))
                         ids = (beh.output_ids(n) if beh.output_ids
                                else [token_id(t) for t in tokens[:n]])
                         if body.get("return_logprob") and beh.margin is not None:
@@ -186,9 +207,13 @@ def make_handler(beh: Behaviour):
                                 for i in range(n)]
                         obj = {"text": text, "output_ids": ids, "meta_info": meta}
                         if beh.mode == "incremental":   # --incremental-streaming-output
-                            obj = {"text": tok, "output_ids": ids[-1:], "meta_info": meta}
+                            obj = {"text": tok, "output_ids": ids[prev:n], "meta_info": meta}
                     self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
-                if completions:
+                    prev = n
+                    if beh.mode == "hang" and n >= beh.hang_after and not last:
+                        beh.stop.wait(60)
+                        return
+                if completions and beh.final_usage:
                     usage = {"choices": [], "usage": {"prompt_tokens": 12,
                                                        "completion_tokens": len(tokens)}}
                     self._chunk(b"data: " + json.dumps(usage).encode() + b"\n\n")

@@ -16,6 +16,10 @@ DDTREE_LAB_RATE_SCALE       float multiplier on every token rate (and prefill sp
 DDTREE_LAB_STARTUP_SECONDS  port stays closed this long (default 0.8)
 DDTREE_LAB_WARMUP_SECONDS   warm-up after the port opens, health 503 meanwhile (default 0.4)
 DDTREE_LAB_DEBUG            "1": log a "[lab] physics:" summary line at start-up
+DDTREE_LAB_HEALTH_WAIT_SECONDS  /health waits this long before each check of the scheduler
+                            (default 1.0: the real health_generate's asyncio.sleep(1))
+SGLANG_HEALTH_CHECK_TIMEOUT /health answers 503 after this many seconds without a scheduler
+                            answer (the real server's variable, default 20)
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ class LabConfig:
     warmup_seconds: float
     debug: bool
     fault_only: tuple = ()
+    health_wait_seconds: float = 1.0
+    health_timeout_seconds: float = 20.0
 
     def fault_for(self, algorithm: Optional[str]) -> Fault:
         """The fault this server has: the configured one unless DDTREE_LAB_FAULT_ONLY excludes it."""
@@ -108,4 +114,6 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> LabConfig:
         warmup_seconds=_float(env, "DDTREE_LAB_WARMUP_SECONDS", 0.4),
         debug=env.get("DDTREE_LAB_DEBUG", "") not in ("", "0", "false", "no"),
         fault_only=parse_scope(env.get("DDTREE_LAB_FAULT_ONLY")),
+        health_wait_seconds=_float(env, "DDTREE_LAB_HEALTH_WAIT_SECONDS", 1.0),
+        health_timeout_seconds=_float(env, "SGLANG_HEALTH_CHECK_TIMEOUT", 20.0),
     )

@@ -113,10 +113,14 @@ ATTENTION_ARCHES = {
     "trtllm_mha": ("sm90", "sm100", "sm120"),
 }
 
+# models/dflash.py project_target_hidden (0.5.23), raised on the first generation: the warm-up.
 DIM_MISMATCH_MESSAGE = (
-    "DFLASH target_hidden feature dim mismatch: got {got}, expected {expected} "
-    "({layers} target layers x hidden {hidden})"
+    "DFLASH target_hidden feature dim mismatch. Expected shape [N, {expected}] "
+    "(num_context_features={layers}, hidden_size={hidden}), but got shape=({tokens}, {got}). "
+    "This usually means the target model is capturing a different number of layer features than "
+    "the draft checkpoint/config expects."
 )
+WARMUP_PROMPT_TOKENS = 6            # "The capital city of France is": the prefill the warm-up sends
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,7 +184,8 @@ class Behaviour:
     tokens_per_second: float = 0.0        # one stream, before DDTREE_LAB_RATE_SCALE
     accept_length: Optional[float] = None
     accept_rate: Optional[float] = None
-    first_request_crash: Optional[str] = None   # error line that kills the process on 1st request
+    first_request_crash: Optional[str] = None   # error line that kills the process on its first
+                                                # generation (the warm-up, unless it is skipped)
     notes: tuple = field(default_factory=tuple)
 
     @property
@@ -226,11 +231,11 @@ def decode_cuda_graph_enabled(args: Any) -> bool:
     return not (_get(args, "disable_cuda_graph", False) or _get(args, "disable_decode_cuda_graph", False))
 
 
-def dim_mismatch_message() -> str:
+def dim_mismatch_message(tokens: int = WARMUP_PROMPT_TOKENS) -> str:
     layers = len(DFLASH_DRAFT["target_layer_ids"])
     hidden = MODEL["hidden_size"]
     return DIM_MISMATCH_MESSAGE.format(got=hidden, expected=layers * hidden, layers=layers,
-                                       hidden=hidden)
+                                       hidden=hidden, tokens=tokens)
 
 
 def _traceback(frames: Sequence[tuple], error: str) -> tuple:
@@ -378,7 +383,7 @@ def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
         rate = rates["DFLASH"] * DDTREE_SPEEDUP * modifier
         accept_length, accept_rate = ACCEPT["DDTREE"]
         if not ddtree_dflash:
-            first_crash = "RuntimeError: " + dim_mismatch_message()
+            first_crash = "ValueError: " + dim_mismatch_message()
             notes.append("DDTREE registered but not DFLASH-family; files without DDTREE: "
                          + ", ".join(source.files_missing_ddtree))
         elif arch in BANG_ARCHES:

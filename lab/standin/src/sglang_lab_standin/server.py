@@ -21,7 +21,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 
-from . import SGLANG_VERSION, cli, physics, textgen
+from . import SGLANG_VERSION, cli, logconfig, physics, textgen
 from .faults import GARBAGE_RATE, HANG_AFTER_TOKENS, SLOW_TEXT_RATE, LabConfig, load_config
 
 AUTH_EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
@@ -72,6 +72,47 @@ class Abort(Exception):
         self.body = body
 
 
+def step_sizes(n_tokens: int, accept_length: Optional[float], burst: int = 1) -> list:
+    """How many new tokens each scheduler step (one stream event) carries, summing to n_tokens.
+
+    Without speculative decoding every step adds one token.  With it, the prefill step adds one
+    token and every verify step adds about ``accept_length`` (step j ends at token
+    1 + floor(j * accept_length), so the mean is exact).  ``burst`` > 1: every step, the prefill
+    one included, adds that many (the broken sm86 DDTREE tree verify).
+    """
+    if n_tokens <= 0:
+        return []
+    if burst > 1:
+        sizes = [burst] * (n_tokens // burst)
+        if n_tokens % burst:
+            sizes.append(n_tokens % burst)
+        return sizes
+    if accept_length is None or accept_length <= 1.0:
+        return [1] * n_tokens
+    sizes, done, j = [1], 1, 0
+    while done < n_tokens:
+        j += 1
+        end = 1 + int(math.floor(j * accept_length + 1e-9))
+        size = min(end - done, n_tokens - done)
+        if size > 0:
+            sizes.append(size)
+            done += size
+    return sizes
+
+
+def generation_crash_lines(b: physics.Behaviour) -> tuple:
+    """The scheduler's traceback when the first generation hits Behaviour.first_request_crash."""
+    return (("Scheduler hit an exception: Traceback (most recent call last):",)
+            + physics._traceback([
+                ("/opt/sglang/sglang/srt/managers/scheduler.py", 1298, "event_loop_overlap",
+                 "batch_result = self.run_batch(batch)"),
+                ("/opt/sglang/sglang/srt/speculative/dflash_worker_v2.py", 1929, "forward_batch_generation",
+                 "ctx_hidden = self.draft_model.project_target_hidden(target_hidden)"),
+                ("/opt/sglang/sglang/srt/models/dflash.py", 834, "project_target_hidden",
+                 "raise ValueError(")],
+                b.first_request_crash)[1:])
+
+
 class LabEngine:
     """Shared state: readiness, admission control, pacing, counters."""
 
@@ -86,6 +127,10 @@ class LabEngine:
         self.queued = 0
         self.ready_at: Optional[float] = None
         self.warm = False
+        # The tokenizer manager's server_status: "starting" until the warm-up returns, then "up";
+        # "unhealthy" after a /health that got no scheduler answer (a later good one sets "up").
+        self.status = "starting"
+        self.stuck = False          # the scheduler stopped answering (hang_midstream)
         self.first_client_request_seen = False
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -131,6 +176,15 @@ class LabEngine:
             return False
         return not self.expired()
 
+    def scheduler_answers(self) -> bool:
+        """Would a one-token health generation get an answer from the scheduler now?"""
+        return not self.stuck and not self.expired()
+
+    def mark_ready(self) -> None:
+        self.ready_at = time.monotonic()
+        self.warm = True
+        self.status = "up"
+
     def expired(self) -> bool:
         return (self.fault.kind == "unhealthy_after" and self.ready_at is not None
                 and time.monotonic() - self.ready_at >= (self.fault.seconds or 0.0))
@@ -172,14 +226,40 @@ class LabEngine:
             if self.speculative and completion_tokens:
                 self.avg_accept_length = self.b.accept_length
 
+    def draft_tokens(self) -> int:
+        """speculative_num_draft_tokens: the flag, else what the family's accept rate implies."""
+        n = getattr(self.args, "speculative_num_draft_tokens", None)
+        if n:
+            return int(n)
+        rate = self.b.accept_rate or 0.0
+        return max(2, int(round((self.b.accept_length - 1.0) / rate)) + 1) if rate else 2
+
     def spec_meta(self, completion_tokens: int) -> dict:
+        """The finished request's speculative fields (tokenizer_manager adds them to the finished
+        chunk only): accept length and rate are the physics' per-request means."""
         if not self.speculative:
             return {}
+        verify_ct = int(math.ceil(completion_tokens / self.b.accept_length)) if completion_tokens else 0
+        proposed = verify_ct * (self.draft_tokens() - 1)
         return {
             "spec_accept_rate": self.b.accept_rate,
             "spec_accept_length": self.b.accept_length,
-            "spec_verify_ct": int(math.ceil(completion_tokens / self.b.accept_length)) if completion_tokens else 0,
+            "spec_num_correct_drafts": int(round(self.b.accept_rate * proposed)),
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": verify_ct,
         }
+
+    def step_sizes(self, n_tokens: int) -> list:
+        """Tokens per stream event (one event per scheduler step) for a completion of n_tokens."""
+        if self.b.text_mode == "bang":
+            return step_sizes(n_tokens, None, burst=physics.BANG_BURST)
+        return step_sizes(n_tokens, self.b.accept_length)
+
+    def step_tokens(self) -> float:
+        """Tokens one decode step is worth for pacing: step time = this / the stream's rate."""
+        if self.b.text_mode == "bang":
+            return float(physics.BANG_BURST)
+        return self.b.accept_length if self.speculative and self.b.accept_length > 1 else 1.0
 
     def decode_log(self, tokens: int) -> None:
         accept = f"accept len: {self.b.accept_length:.2f}, " if self.speculative else ""
@@ -218,6 +298,14 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
+        self.access_log(status)
+
+    def send_empty(self, status: int) -> None:
+        """Starlette's Response(status_code=...): no body, no content-type."""
+        self.send_response_only(status)
+        self.send_header("date", self.date_time_string())
+        self.send_header("content-length", "0")
+        self.end_headers()
         self.access_log(status)
 
     def send_text(self, status: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
@@ -274,7 +362,7 @@ class Handler(BaseHTTPRequestHandler):
     }
     POST_ROUTES = {
         "/generate": "generate", "/v1/completions": "completions",
-        "/v1/chat/completions": "chat", "/health_generate": "health",
+        "/v1/chat/completions": "chat",
     }
 
     def _dispatch(self, routes: dict) -> None:
@@ -314,15 +402,33 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- simple endpoints ---------------------------------------------------------------------
     def h_health(self):
-        self.read_json_quietly()
-        if self.engine.healthy():
-            return self.send_text(200, "", "text/plain")
-        return self.send_text(503, "", "text/plain")
+        """GET /health and /health_generate, as http_server.health_generate: 503 at once while
+        starting; else a one-token generation, checked after each wait (1 s), 200 as soon as the
+        scheduler answered, 503 after SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without an answer."""
+        e = self.engine
+        if e.status == "starting" or e.fault.kind == "never_healthy":
+            return self.send_empty(503)
+        cfg = e.config
+        tic = time.monotonic()
+        deadline = tic + cfg.health_timeout_seconds
+        while True:
+            time.sleep(max(0.0, min(cfg.health_wait_seconds, deadline - time.monotonic())))
+            if e.scheduler_answers():
+                e.status = "up"
+                return self.send_empty(200)
+            if time.monotonic() >= deadline - 1e-6:
+                break
+        log(f"Health check failed. Server couldn't get a response from detokenizer for last "
+            f"{cfg.health_timeout_seconds:g} seconds. tic start time: "
+            f"{datetime.now().strftime('%H:%M:%S')}.")
+        e.status = "unhealthy"
+        return self.send_empty(503)
 
     def h_ready(self):
-        if self.engine.healthy():
-            return self.send_json(200, {"status": "ready"})
-        return self.send_json(503, {"status": "not ready"})
+        """GET /ready: 200 when the server status is up, else 503; no body either way."""
+        e = self.engine
+        up = e.status == "up" and e.fault.kind != "never_healthy"
+        return self.send_empty(200 if up else 503)
 
     def model_info(self) -> dict:
         a = self.engine.args
@@ -414,17 +520,11 @@ class Handler(BaseHTTPRequestHandler):
                         '  File "/opt/sglang/sglang/srt/model_executor/model_runner.py", line 2210 in forward_decode',
                         '  File "/opt/sglang/sglang/srt/managers/scheduler.py", line 1298 in event_loop_overlap'))
         if e.b.first_request_crash:
+            # Only reachable with --skip-server-warmup: otherwise the warm-up died of it.
             time.sleep(min(0.2, e.ttft(8)))
-            lines = (("Scheduler hit an exception: Traceback (most recent call last):",)
-                     + physics._traceback([
-                         ("/opt/sglang/sglang/srt/managers/scheduler.py", 1298, "event_loop_overlap",
-                          "batch_result = self.run_batch(batch)"),
-                         ("/opt/sglang/sglang/srt/speculative/dflash_worker_v2.py", 512, "forward_batch_generation",
-                          "target_hidden = self._project_target_hidden(hidden_states)")],
-                         e.b.first_request_crash)[1:])
             for note in e.b.notes:
                 log(f"[lab] {note}")
-            self.crash(lines)
+            self.crash(generation_crash_lines(e.b))
 
     def crash(self, lines) -> None:
         log("\n".join(lines), tp=True)
@@ -435,29 +535,39 @@ class Handler(BaseHTTPRequestHandler):
             pass
         die(1)
 
-    def tokens_paced(self, comp: textgen.Completion, prompt_tokens: int):
-        """Yield token indexes with real-time pacing; handles admission and hang faults."""
+    def steps_paced(self, comp: textgen.Completion, prompt_tokens: int):
+        """Yield (start, end) token ranges, one per scheduler step, with real-time pacing;
+        handles admission and the hang fault.
+
+        The prefill step comes after the TTFT; every later step takes step_tokens() / rate
+        seconds (a verify step of a speculative algorithm adds about accept_length tokens, so
+        tokens/s stay the physics' rate).
+        """
         e = self.engine
         e.admit()
         try:
             time.sleep(e.ttft(prompt_tokens))
-            burst = physics.BANG_BURST if e.b.text_mode == "bang" else 1
-            # Tokens are due on a schedule (not after relative sleeps), so per-token overhead
+            sizes = e.step_sizes(len(comp.tokens))
+            # Steps are due on a schedule (not after relative sleeps), so per-step overhead
             # does not slow the stream below its configured rate.
             due = time.monotonic()
-            for i in range(len(comp.tokens)):
-                if e.fault.kind == "hang_midstream" and i >= HANG_AFTER_TOKENS:
-                    threading.Event().wait()  # stall forever, connection stays open
-                if burst == 1:
-                    due += 1.0 / e.stream_rate()
-                elif i and i % burst == 0:
-                    # A broken tree verify emits a burst of accepted "!" per (very slow) step.
-                    due += burst / e.stream_rate()
+            start = 0
+            for n, size in enumerate(sizes):
+                end = start + size
+                if n:
+                    due += e.step_tokens() / e.stream_rate()
                 delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                yield i
+                if e.fault.kind == "hang_midstream" and end > HANG_AFTER_TOKENS:
+                    if start < HANG_AFTER_TOKENS:
+                        yield start, HANG_AFTER_TOKENS
+                    e.stuck = True
+                    threading.Event().wait()  # stall forever, connection stays open
+                yield start, end
+                start = end
             if e.fault.kind == "hang_midstream":
+                e.stuck = True
                 threading.Event().wait()
             e.record(prompt_tokens, len(comp.tokens), e.stream_rate())
             e.decode_log(prompt_tokens + len(comp.tokens))
@@ -517,11 +627,11 @@ class Handler(BaseHTTPRequestHandler):
             def meta(done: bool, count: int) -> dict:
                 m = {"id": req_id,
                      "finish_reason": self.sglang_finish(comp) if done else None,
-                     "prompt_tokens": ptoks, "weight_version": "default",
-                     "completion_tokens": count, "cached_tokens": cached}
-                m.update(self.engine.spec_meta(count))
+                     "prompt_tokens": ptoks, "weight_version": "default", "num_retractions": 0,
+                     "reasoning_tokens": 0, "completion_tokens": count, "cached_tokens": cached}
                 if done:
                     m["e2e_latency"] = round(time.monotonic() - started, 6)
+                    m.update(self.engine.spec_meta(count))   # the finished chunk only
                 if logprobs:
                     # cumulative across stream events, like text (SGLang's add_logprob_to_meta_info)
                     m["output_token_logprobs"] = token_lps[:count]
@@ -533,18 +643,18 @@ class Handler(BaseHTTPRequestHandler):
 
             if stream:
                 self.start_stream()
-                text_so_far = ""
-                for i in self.tokens_paced(comp, ptoks):
-                    text_so_far += comp.tokens[i]
-                    done = i == len(comp.tokens) - 1
-                    self.sse({"text": text_so_far, "output_ids": comp.ids[:i + 1],
-                              "meta_info": meta(done, i + 1)})
+                # One event per scheduler step, cumulative text and output_ids
+                # (incremental_streaming_output=False): a step may add several tokens.
+                for _start, end in self.steps_paced(comp, ptoks):
+                    done = end == len(comp.tokens)
+                    self.sse({"text": "".join(comp.tokens[:end]), "output_ids": comp.ids[:end],
+                              "meta_info": meta(done, end)})
                 if not comp.tokens:
                     self.sse({"text": "", "output_ids": [], "meta_info": meta(True, 0)})
                 self.sse("[DONE]")
                 self.end_stream()
                 return
-            for _ in self.tokens_paced(comp, ptoks):
+            for _ in self.steps_paced(comp, ptoks):
                 pass
             results.append({"text": "".join(comp.tokens), "output_ids": comp.ids,
                             "meta_info": meta(True, len(comp.tokens))})
@@ -607,13 +717,15 @@ class Handler(BaseHTTPRequestHandler):
         e = self.engine
         e.cached_tokens(key, ptoks)
         started = time.monotonic()
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        rid = body.get("rid") if isinstance(body.get("rid"), str) else uuid.uuid4().hex  # the request id
         created = int(time.time())
         obj = "chat.completion" if chat else "text_completion"
         matched = comp.matched if comp.finish_type == "stop" else None
         if body.get("stream"):
             chunk_obj = "chat.completion.chunk" if chat else "text_completion"
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            stream_options = body.get("stream_options") or {}
+            include_usage = bool(stream_options.get("include_usage"))
+            continuous_usage = bool(stream_options.get("continuous_usage_stats"))
 
             def choice(delta_text: Optional[str], finish: Optional[str], first: bool = False) -> dict:
                 if chat:
@@ -632,17 +744,37 @@ class Handler(BaseHTTPRequestHandler):
                         "choices": [ch] if ch else [], "usage": usage}
 
             self.start_stream()
+            # One chunk per scheduler step with the step's new text (serving_completions /
+            # serving_chat): completions put finish_reason on the last step's chunk; chat sends
+            # the role chunk with the first step, skips empty deltas and ends with a finish chunk.
+            finish = self.openai_finish(comp)
+            steps = 0
+            for start, end in self.steps_paced(comp, ptoks):
+                steps += 1
+                delta_text = "".join(comp.tokens[start:end])
+                done = end == len(comp.tokens)
+                if chat:
+                    if steps == 1:
+                        self.sse(chunk(choice("", None, first=True)))
+                    if delta_text:
+                        self.sse(chunk(choice(delta_text, None),
+                                       self.usage(ptoks, end) if continuous_usage else None))
+                else:
+                    self.sse(chunk(choice(delta_text, finish if done else None),
+                                   self.usage(ptoks, end) if continuous_usage else None))
+            if not comp.tokens:
+                if chat:
+                    self.sse(chunk(choice("", None, first=True)))
+                else:
+                    self.sse(chunk(choice("", finish), self.usage(ptoks, 0) if continuous_usage else None))
             if chat:
-                self.sse(chunk(choice("", None, first=True)))
-            for i in self.tokens_paced(comp, ptoks):
-                self.sse(chunk(choice(comp.tokens[i], None)))
-            self.sse(chunk(choice("" if not chat else None, self.openai_finish(comp))))
+                self.sse(chunk(choice(None, finish)))
             if include_usage:
                 self.sse(chunk(None, self.usage(ptoks, len(comp.tokens))))
             self.sse("[DONE]")
             self.end_stream()
             return
-        for _ in self.tokens_paced(comp, ptoks):
+        for _ in self.steps_paced(comp, ptoks):
             pass
         text = "".join(comp.tokens)
         if chat:
@@ -694,21 +826,28 @@ def _on_term(signum, frame):  # noqa: ARG001
 
 
 def warmup(engine: LabEngine, config: LabConfig, port: int) -> None:
+    """http_server._wait_and_warmup: the server POSTs /generate (8 tokens, temperature 0) to
+    itself and reports ready only when it returns 200.  A server that dies on its first
+    generation therefore dies here and never becomes healthy."""
     comp = textgen.complete(textgen.WARMUP_PROMPT, 8, mode=engine.mode)
     if engine.args.skip_server_warmup and config.fault.kind != "never_healthy":
-        engine.ready_at = time.monotonic()
-        engine.warm = True
+        engine.mark_ready()
         log("The server is fired up and ready to roll!")
         return
     time.sleep(config.warmup_seconds)
     if config.fault.kind == "never_healthy":
         return  # the warm-up request never comes back
+    if engine.b.first_request_crash:
+        for note in engine.b.notes:
+            log(f"[lab] {note}")
+        log("\n".join(generation_crash_lines(engine.b)), tp=True)
+        log("Received sigquit from a child process. It usually means the child failed.")
+        die(1)
     engine.record(len(textgen.tokenize(textgen.WARMUP_PROMPT)), len(comp.tokens), engine.rate)
     raw(f'[{_ts()}] INFO:     127.0.0.1:{port} - "POST /generate HTTP/1.1" 200 OK')
     if config.debug:
         log(f"[lab] warm-up output: {''.join(comp.tokens)!r}")
-    engine.ready_at = time.monotonic()
-    engine.warm = True
+    engine.mark_ready()
     log("The server is fired up and ready to roll!")
 
 
@@ -728,7 +867,10 @@ def main(argv: Optional[list] = None) -> int:
     if args.model_path is None:
         cli.build_parser(extra).error("the following arguments are required: --model-path")
 
-    log(f"server_args={cli.server_args_repr(args)}")
+    # Like the engine: sglang's logging set-up (a missing SGLANG_LOGGING_CONFIG_PATH file raises
+    # here, exit 1 with the traceback), then server_args={...} at INFO, API key in clear.
+    logconfig.configure_logger(args.log_level)
+    logconfig.log_server_args(args)
     config = dataclasses.replace(config, fault=config.fault_for(args.speculative_algorithm))
     if config.fault.kind == "exit_on_start":
         time.sleep(0.1 * config.startup_seconds)

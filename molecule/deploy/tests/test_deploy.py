@@ -2,7 +2,7 @@
 
 Expected values are derived independently of the roles where possible: the patch-set fingerprint
 from roles/sglang/files/patches (series + SHA256SUMS), the known-good fingerprint from the unit and
-environment file actually installed on the host.
+environment file and logging config actually installed on the host.
 """
 
 import hashlib
@@ -27,6 +27,7 @@ DRAFT = ("z-lab/Qwen3.6-27B-DFlash", "d39dc817302d4258a2161e9c3e5465a2ed620951")
 MODELS_ROOT = "/opt/sglang/models"
 UNIT = "/etc/systemd/system/sglang.service"
 ENV_FILE = "/etc/sglang/sglang.env"
+LOGGING_CONFIG = "/etc/sglang/sglang-logging.json"
 STATE = "/var/lib/ddtree-fleet"
 BASE_URL = "http://127.0.0.1:30000"
 # Files that must mention DDTREE for the stand-in to treat the tree as DFLASH-family (docs/lab-physics.md).
@@ -216,7 +217,8 @@ def test_server_runs_the_declared_settings(host):
 def test_known_good_points_at_deployed_fingerprint(host):
     unit_text = host.file(UNIT).content_string
     env_text = host.file(ENV_FILE).content_string
-    fingerprint = _load("ddtree_flags").config_fingerprint(unit_text, env_text)
+    logging_text = host.file(LOGGING_CONFIG).content_string
+    fingerprint = _load("ddtree_flags").config_fingerprint(unit_text, env_text, logging_text)
     link = host.file(f"{STATE}/known-good")
     assert link.is_symlink
     assert link.linked_to == f"{STATE}/records/{fingerprint}"
@@ -228,7 +230,9 @@ def test_known_good_points_at_deployed_fingerprint(host):
     assert host.file(f"{STATE}/known-good/unit").content_string == unit_text
     assert meta["unit_sha256"] == hashlib.sha256(unit_text.encode()).hexdigest()
     assert meta["env_sha256"] == hashlib.sha256(env_text.encode()).hexdigest()
+    assert meta["logging_sha256"] == hashlib.sha256(logging_text.encode()).hexdigest()
 
 
 def test_nothing_quarantined(host):
-    assert host.check_output(f"ls -A {STATE}/quarantine") == ""
+    # The quarantine directory is made by the first rollback (role known_good); none here.
+    assert host.check_output(f"find {STATE} -mindepth 2 -maxdepth 2 -path '{STATE}/quarantine/*'") == ""

@@ -15,15 +15,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "lab"))
-import labkit  # noqa: E402  (tests/integration/lab/labkit.py: one environment for ansible-playbook)
+import labkit  # tests/integration/lab/labkit.py: one environment for ansible-playbook
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"

@@ -32,11 +32,8 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import badinput_testlib as bl  # noqa: E402
 

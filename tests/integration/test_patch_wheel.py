@@ -35,9 +35,6 @@ PATCH_DIR = REPO / "roles" / "sglang" / "files" / "patches"
 DEFAULT_WHEEL = "/var/cache/ddtree-lab/wheels/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
 WHEEL = Path(os.environ.get("DDTREE_SGLANG_WHEEL", DEFAULT_WHEEL))
 
-if str(MODULE_UTILS) not in sys.path:
-    sys.path.insert(0, str(MODULE_UTILS))
-
 import ddtree_patch  # noqa: E402
 
 pytestmark = [

@@ -1,7 +1,8 @@
 """Three more ways DDTREE fails on ct129, each caught and rolled back to the known-good NEXTN:
 
 * upstream SGLang without the patch set: start-up aborts (unknown algorithm);
-* half the patch set: healthy, then the first request kills it (feature dim mismatch);
+* half the patch set: its first generation kills it (feature dim mismatch). That is the
+  server's own warm-up request, so it never becomes healthy, as sglang 0.5.23 behaves;
 * mem_fraction_static 0.95 on 48 GB cards: out of memory before healthy.
 
 The first two build their own venv (a pip install of the sglang wheel from the lab mirror).

@@ -17,9 +17,6 @@ MODULE_UTILS = REPO / "module_utils"
 STANDIN_SRC = REPO / "lab" / "standin" / "src"
 BENCH_BIN = REPO / "bin" / "ddtree-bench"
 WORKLOAD_V1 = REPO / "roles" / "benchmark" / "files" / "workload-v1.json"
-for p in (MODULE_UTILS, STANDIN_SRC):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
 
 PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887"
 DFLASH_FILES = ("speculative/spec_info.py", "speculative/spec_utils.py",

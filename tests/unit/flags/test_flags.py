@@ -7,16 +7,12 @@ parser built from the real flag list (lab/standin/.../sglang-0.5.23-cli.json).
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-for p in (REPO / "module_utils", REPO / "lab" / "standin" / "src"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
 
 import ddtree_flags  # noqa: E402
 from sglang_lab_standin import cli  # noqa: E402

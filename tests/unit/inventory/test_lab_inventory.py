@@ -14,7 +14,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "inventory" / "lab" / "lab_hosts.py"
-sys.path.insert(0, str(SCRIPT.parent))
 
 import lab_hosts  # noqa: E402
 

@@ -12,8 +12,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 STANDIN_SRC = REPO / "lab" / "standin" / "src"
-if str(STANDIN_SRC) not in sys.path:
-    sys.path.insert(0, str(STANDIN_SRC))
 
 from sglang_lab_standin import physics  # noqa: E402
 from standin_testlib import free_port, port_open, wait_for  # noqa: E402,F401  (shared with the tests)

@@ -13,18 +13,10 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
 from ddtree_testlib import LIBRARY, MAKE_MODELS, MODULE_UTILS, ModuleExit, write_fake_nvidia_smi  # noqa: E402
-
-if str(MODULE_UTILS) not in sys.path:
-    sys.path.insert(0, str(MODULE_UTILS))
 
 import ansible.module_utils  # noqa: E402
 from ansible.module_utils import basic  # noqa: E402

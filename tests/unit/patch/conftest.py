@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
 
 from patchset_testlib import Tree  # noqa: E402  (also puts module_utils on sys.path)
 

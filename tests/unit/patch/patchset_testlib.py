@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.util
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
@@ -14,8 +13,6 @@ LIBRARY = REPO / "library"
 FILTER_PLUGINS = REPO / "filter_plugins"
 PATCH_DIR = REPO / "roles" / "sglang" / "files" / "patches"
 
-if str(MODULE_UTILS) not in sys.path:
-    sys.path.insert(0, str(MODULE_UTILS))
 
 import ansible.module_utils  # noqa: E402
 

@@ -13,8 +13,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 MODULE_UTILS = os.path.join(REPO, "module_utils")
-if MODULE_UTILS not in sys.path:
-    sys.path.insert(0, MODULE_UTILS)
 
 KNOWN_ANSWERS = {
     "What is 2 + 2? Answer with a number only.": "4",

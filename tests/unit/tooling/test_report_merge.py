@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "module_utils"))
 
 import ddtree_report as dr  # noqa: E402
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "tests"))
 
 import times_report  # noqa: E402
 

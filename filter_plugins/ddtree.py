@@ -48,37 +48,19 @@ def ddtree_patchset_fingerprint(entries, length=None):
         raise AnsibleFilterError("ddtree_patchset_fingerprint: %s" % exc)
 
 
-def ddtree_parse_series(text):
-    """Ordered patch names from the text of a ``series`` file."""
+def ddtree_patch_plan(series_text, sums_text, selected, extras, patch_dir):
+    """The patch set to apply, ``[{"name", "src", "sha256"}]``: the selected built-ins in series
+    order, then the user's patches (``sglang_patches``, ``sglang_extra_patches``)."""
     logic = _load_logic()
     try:
-        return logic.parse_series(text)
+        return logic.select_patches(str(series_text), str(sums_text), selected, extras, str(patch_dir))
     except logic.PatchSetError as exc:
-        raise AnsibleFilterError("ddtree_parse_series: %s" % exc)
-
-
-def ddtree_parse_sha256sums(text):
-    """``{name: sha256}`` from the text of a ``SHA256SUMS`` file."""
-    logic = _load_logic()
-    try:
-        return logic.parse_sha256sums(text)
-    except logic.PatchSetError as exc:
-        raise AnsibleFilterError("ddtree_parse_sha256sums: %s" % exc)
-
-
-def ddtree_patchset_entries(names, checksums):
-    """``[{"name", "sha256"}]`` in series order; every name needs a checksum."""
-    missing = [n for n in names if n not in checksums]
-    if missing:
-        raise AnsibleFilterError("ddtree_patchset_entries: no checksum for %s" % ", ".join(missing))
-    return [{"name": n, "sha256": str(checksums[n]).lower()} for n in names]
+        raise AnsibleFilterError("ddtree_patch_plan: %s" % exc)
 
 
 class FilterModule:
     def filters(self):
         return {
             "ddtree_patchset_fingerprint": ddtree_patchset_fingerprint,
-            "ddtree_parse_series": ddtree_parse_series,
-            "ddtree_parse_sha256sums": ddtree_parse_sha256sums,
-            "ddtree_patchset_entries": ddtree_patchset_entries,
+            "ddtree_patch_plan": ddtree_patch_plan,
         }

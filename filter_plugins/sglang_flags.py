@@ -29,13 +29,6 @@ def ddtree_config_fingerprint(text, *more):
     return ddtree_flags.config_fingerprint(str(text), *[str(m) for m in more])
 
 
-def ddtree_patch_plan(series_text, sums_text, selected, extras, patch_dir):
-    try:
-        return ddtree_flags.patch_plan(str(series_text), str(sums_text), selected, extras, str(patch_dir))
-    except ddtree_flags.FlagError as exc:
-        raise AnsibleFilterError(f"ddtree_patch_plan: {exc}") from exc
-
-
 def ddtree_attention_allowed(arch, backend):
     """[allowed, reason] for an attention backend on a GPU architecture."""
     return list(ddtree_gpu.attention_backend_allowed(str(arch), str(backend)))
@@ -56,7 +49,6 @@ class FilterModule:
             "sglang_argv": sglang_argv,
             "sglang_exec_line": sglang_exec_line,
             "ddtree_config_fingerprint": ddtree_config_fingerprint,
-            "ddtree_patch_plan": ddtree_patch_plan,
             "ddtree_attention_allowed": ddtree_attention_allowed,
             "ddtree_model_fits": ddtree_model_fits,
         }

@@ -88,7 +88,10 @@ EXAMPLES = r"""
       - /opt/sglang/patches/0001-ddtree-register-algorithm.patch
       - /opt/sglang/patches/0002-ddtree-dflash-family.patch
       - /opt/sglang/patches/0003-ddtree-tree.patch
-    checksums: "{{ lookup('ansible.builtin.file', 'patches/SHA256SUMS') | ddtree_parse_sha256sums }}"
+    checksums:
+      0001-ddtree-register-algorithm.patch: "{{ sha256_0001 }}"
+      0002-ddtree-dflash-family.patch: "{{ sha256_0002 }}"
+      0003-ddtree-tree.patch: "{{ sha256_0003 }}"
     expect:
       sglang/srt/speculative/spec_info.py:
         - "DDTREE = auto()"

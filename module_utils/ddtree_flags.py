@@ -131,36 +131,3 @@ def config_fingerprint(*parts: str) -> str:
         digest.update(part.encode("utf-8"))
         digest.update(b"\0")
     return digest.hexdigest()[:16]
-
-
-def patch_plan(series_text: str, sums_text: str, selected, extras, patch_dir: str) -> list[dict]:
-    """The ordered patch set to apply: selected built-ins in series order, then user patches.
-
-    Each entry is {"name", "src", "sha256"}. Unknown names, patches without a pinned checksum and
-    malformed user entries raise FlagError naming the offending entry.
-    """
-    series = [line.split("#", 1)[0].strip() for line in series_text.splitlines()]
-    series = [s for s in series if s]
-    sums = {}
-    for line in sums_text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            sums[parts[1].lstrip("*")] = parts[0].lower()
-    selected = list(selected or [])
-    unknown = [s for s in selected if s not in series]
-    if unknown:
-        raise FlagError(f"sglang_patches: unknown patch {unknown[0]!r}; the built-in series is {series}")
-    plan = []
-    for name in series:
-        if name in selected:
-            if name not in sums:
-                raise FlagError(f"patch {name} has no checksum in SHA256SUMS")
-            plan.append({"name": name, "src": f"{patch_dir}/{name}", "sha256": sums[name]})
-    for i, extra in enumerate(extras or []):
-        if not isinstance(extra, dict) or not extra.get("path") or len(str(extra.get("sha256", ""))) != 64:
-            raise FlagError(f"sglang_extra_patches[{i}]: expected {{path: <controller path>, sha256: <64 hex>}}, got {extra!r}")
-        name = str(extra["path"]).rstrip("/").rsplit("/", 1)[-1]
-        if any(p["name"] == name for p in plan):
-            raise FlagError(f"sglang_extra_patches[{i}]: a patch named {name} is already in the set")
-        plan.append({"name": name, "src": str(extra["path"]), "sha256": str(extra["sha256"]).lower()})
-    return plan

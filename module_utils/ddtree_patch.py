@@ -193,6 +193,38 @@ def read_sha256sums(path):
         return parse_sha256sums(handle.read())
 
 
+def select_patches(series_text, sums_text, selected, extras, patch_dir):
+    """The ordered patch set to apply: selected built-ins in series order, then user patches.
+
+    Each entry is ``{"name", "src", "sha256"}``. The series and SHA256SUMS are read strictly
+    (parse_series, parse_sha256sums); unknown names, patches without a pinned checksum and
+    malformed user entries raise PatchSetError naming the variable and the offending entry.
+    """
+    series = parse_series(series_text)
+    sums = parse_sha256sums(sums_text)
+    selected = list(selected or [])
+    unknown = [s for s in selected if s not in series]
+    if unknown:
+        raise PatchSetError("sglang_patches: unknown patch %r; the built-in series is %s" % (unknown[0], series))
+    plan = []
+    for name in series:
+        if name in selected:
+            if name not in sums:
+                raise PatchSetError("patch %s has no checksum in SHA256SUMS" % name)
+            plan.append({"name": name, "src": "%s/%s" % (patch_dir, name), "sha256": sums[name]})
+    for i, extra in enumerate(extras or []):
+        digest = str(extra.get("sha256", "")) if isinstance(extra, dict) else ""
+        if not isinstance(extra, dict) or not extra.get("path") or not _SHA256_RE.match(digest.lower()):
+            raise PatchSetError("sglang_extra_patches[%d]: expected {path: <controller path>, sha256: <64 hex>}, got %r"
+                                % (i, extra))
+        name = str(extra["path"]).rstrip("/").rsplit("/", 1)[-1]
+        _check_patch_name(name, "sglang_extra_patches[%d]" % i)
+        if any(p["name"] == name for p in plan):
+            raise PatchSetError("sglang_extra_patches[%d]: a patch named %s is already in the set" % (i, name))
+        plan.append({"name": name, "src": str(extra["path"]), "sha256": digest.lower()})
+    return plan
+
+
 def sha256_file(path):
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -409,10 +409,12 @@ def test_through_the_ansible_module(tmp_path, members):
                     "vars": {
                         "site": str(site_dir),
                         "patch_files": patches,
-                        "sums": "{{ lookup('ansible.builtin.file', '%s') | ddtree_parse_sha256sums }}"
-                        % (PATCH_DIR / "SHA256SUMS"),
-                        "names": "{{ lookup('ansible.builtin.file', '%s') | ddtree_parse_series }}"
-                        % (PATCH_DIR / "series"),
+                        # What role sglang does: the series planned by the filter (strict parsers).
+                        "plan": "{{ lookup('ansible.builtin.file', '%s') | ddtree_patch_plan("
+                                "lookup('ansible.builtin.file', '%s'), %s, [], '%s') }}"
+                        % (PATCH_DIR / "series", PATCH_DIR / "SHA256SUMS", [Path(p).name for p in patches], PATCH_DIR),
+                        "sums": "{{ plan | items2dict(key_name='name', value_name='sha256') }}",
+                        "names": "{{ plan | map(attribute='name') | list }}",
                     },
                     "tasks": [
                         {
@@ -438,8 +440,7 @@ def test_through_the_ansible_module(tmp_path, members):
                                     "dry is changed",
                                     "dry.applied == names",
                                     "'DDTREE' not in (src0.content | b64decode)",
-                                    "dry.fingerprint == (names | ddtree_patchset_entries(sums)"
-                                    " | ddtree_patchset_fingerprint)",
+                                    "dry.fingerprint == (plan | ddtree_patchset_fingerprint)",
                                 ]
                             },
                         },

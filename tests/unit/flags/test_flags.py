@@ -132,28 +132,6 @@ def test_exec_line_quotes_only_what_needs_it():
     assert line == '--model-path /opt/m --served-model-name "my model" --api-key ${K}'
 
 
-def test_patch_plan_orders_by_series_and_appends_user_patches(tmp_path):
-    series = "# comment\n0001-a.patch\n0002-b.patch\n"
-    sums = f"{'a' * 64}  0001-a.patch\n{'b' * 64}  0002-b.patch\n"
-    plan = ddtree_flags.patch_plan(series, sums, ["0002-b.patch", "0001-a.patch"],
-                                   [{"path": "/x/9-mine.patch", "sha256": "C" * 64}], "/p")
-    assert [p["name"] for p in plan] == ["0001-a.patch", "0002-b.patch", "9-mine.patch"]
-    assert plan[2] == {"name": "9-mine.patch", "src": "/x/9-mine.patch", "sha256": "c" * 64}
-    assert ddtree_flags.patch_plan(series, sums, [], [], "/p") == []
-    with pytest.raises(ddtree_flags.FlagError, match="unknown patch '0003"):
-        ddtree_flags.patch_plan(series, sums, ["0003-c.patch"], [], "/p")
-    with pytest.raises(ddtree_flags.FlagError, match=r"sglang_extra_patches\[0\]"):
-        ddtree_flags.patch_plan(series, sums, [], [{"path": "/x/y.patch", "sha256": "short"}], "/p")
-
-
-def test_shipped_series_has_a_checksum_for_every_patch():
-    pdir = REPO / "roles" / "sglang" / "files" / "patches"
-    plan = ddtree_flags.patch_plan((pdir / "series").read_text(), (pdir / "SHA256SUMS").read_text(),
-                                   load(REPO / "roles" / "sglang" / "defaults" / "main.yml")["sglang_patches"], [], str(pdir))
-    assert [p["name"] for p in plan] == [
-        "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch", "0003-ddtree-tree.patch"]
-
-
 def test_config_fingerprint_changes_with_any_part():
     a = ddtree_flags.config_fingerprint("unit", "env")
     assert a == ddtree_flags.config_fingerprint("unit", "env") and len(a) == 16

@@ -159,16 +159,44 @@ def test_filter_plugin_uses_the_same_fingerprint(logic):
     assert filters["ddtree_patchset_fingerprint"](entries, 20) == logic.patchset_fingerprint_full(entries)[:20]
 
 
-def test_filter_plugin_builds_entries_from_repo_files(logic):
+def test_filter_plugin_plans_the_repo_patch_set(logic):
     plugin = load_filter_plugin()
     filters = plugin.FilterModule().filters()
-    names = filters["ddtree_parse_series"]((PATCH_DIR / "series").read_text())
-    sums = filters["ddtree_parse_sha256sums"]((PATCH_DIR / "SHA256SUMS").read_text())
-    entries = filters["ddtree_patchset_entries"](names, sums)
-    assert [e["name"] for e in entries] == names
-    assert filters["ddtree_patchset_fingerprint"](entries) == logic.patchset_fingerprint(
+    names = logic.parse_series((PATCH_DIR / "series").read_text())
+    plan = filters["ddtree_patch_plan"]((PATCH_DIR / "series").read_text(), (PATCH_DIR / "SHA256SUMS").read_text(),
+                                        list(reversed(names)), [], str(PATCH_DIR))
+    assert [e["name"] for e in plan] == names == [
+        "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch", "0003-ddtree-tree.patch"]
+    assert [e["src"] for e in plan] == [f"{PATCH_DIR}/{n}" for n in names]
+    assert filters["ddtree_patchset_fingerprint"](plan) == logic.patchset_fingerprint(
         [(n, sha256(PATCH_DIR / n)) for n in names]
     )
+
+
+def test_select_patches_orders_by_series_and_appends_user_patches(logic):
+    series = "# comment\n0001-a.patch\n0002-b.patch\n"
+    sums = f"{A}  0001-a.patch\n{B}  0002-b.patch\n"
+    plan = logic.select_patches(series, sums, ["0002-b.patch", "0001-a.patch"],
+                                [{"path": "/x/9-mine.patch", "sha256": "C" * 64}], "/p")
+    assert [p["name"] for p in plan] == ["0001-a.patch", "0002-b.patch", "9-mine.patch"]
+    assert plan[0] == {"name": "0001-a.patch", "src": "/p/0001-a.patch", "sha256": A}
+    assert plan[2] == {"name": "9-mine.patch", "src": "/x/9-mine.patch", "sha256": "c" * 64}
+    assert logic.select_patches(series, sums, [], [], "/p") == []
+
+
+@pytest.mark.parametrize("series,sums,selected,extras,fragment", [
+    ("0001-a.patch\n", f"{A}  0001-a.patch\n", ["0003-c.patch"], [], "sglang_patches: unknown patch '0003-c.patch'"),
+    ("0001-a.patch\n0002-b.patch\n", f"{A}  0001-a.patch\n", ["0002-b.patch"], [], "0002-b.patch has no checksum"),
+    ("0001-a.patch\n", "", [], [{"path": "/x/y.patch", "sha256": "short"}], r"sglang_extra_patches\[0\]: expected"),
+    ("0001-a.patch\n", f"{A}  0001-a.patch\n", ["0001-a.patch"], [{"path": "/x/0001-a.patch", "sha256": B}],
+     r"sglang_extra_patches\[0\]: a patch named 0001-a.patch is already"),
+    # The series and SHA256SUMS are read strictly: the one parser the module uses too.
+    ("0001-a.patch -p0\n", "", [], [], "patch options are not supported"),
+    ("0001-a.patch\n", "deadbeef  0001-a.patch\n", [], [], "is not '<sha256>  <name>'"),
+])
+def test_select_patches_refuses_bad_input(logic, series, sums, selected, extras, fragment):
+    with pytest.raises(logic.PatchSetError, match=fragment):
+        logic.select_patches(series, sums, selected, extras, "/p")
 
 
 def test_filter_plugin_errors_are_filter_errors():
@@ -178,5 +206,5 @@ def test_filter_plugin_errors_are_filter_errors():
     filters = plugin.FilterModule().filters()
     with pytest.raises(AnsibleFilterError, match="sha256"):
         filters["ddtree_patchset_fingerprint"]([{"name": "x.patch", "sha256": "nope"}])
-    with pytest.raises(AnsibleFilterError, match="no checksum"):
-        filters["ddtree_patchset_entries"](["x.patch"], {})
+    with pytest.raises(AnsibleFilterError, match="ddtree_patch_plan: sglang_patches: unknown patch"):
+        filters["ddtree_patch_plan"]("0001-a.patch\n", "", ["x.patch"], [], "/p")

@@ -68,8 +68,10 @@ def test_evidence_shows_the_bang_bursts(evidence):
     # The unit's logging config keeps the engine's server_args={...} line (API key in clear) out of
     # the journal, so the algorithm the candidate ran is shown by unit.diff and summary.json.
     assert "server_args=" not in journal, "the key-bearing start-up line must not reach the journal"
-    assert re.search(r"Decode batch, #running-req: \d+", journal), journal[-2000:]
     assert "The server is fired up and ready to roll!" in journal, journal[-2000:]
+    # ... and it covers the gate's probe of the candidate (after its start-up and warm-up request).
+    ready = journal.index("The server is fired up and ready to roll!")
+    assert re.search(r'"POST /(generate|v1/chat/completions|v1/completions) HTTP/1\.1"', journal[ready:]), journal[-2000:]
     diff = (evidence / "unit.diff").read_text()
     assert re.search(r"^-ExecStart=.*--speculative-algorithm NEXTN ", diff, re.M), diff
     assert re.search(r"^\+ExecStart=.*--speculative-algorithm DDTREE ", diff, re.M), diff

@@ -249,7 +249,7 @@ def ddtree_input_problems(values, options, limits=None):
 def ddtree_spec_options(specs, entry_points):
     """Merged options of ``entry_points`` (["role:entry", ...]) from ``specs`` (role -> the parsed
     meta/argument_specs.yml); fails naming an entry point that has no argument spec."""
-    merged = {}
+    merged, where = {}, {}
     for ref in entry_points:
         role, _sep, entry = str(ref).partition(":")
         entry = entry or "main"
@@ -257,7 +257,12 @@ def ddtree_spec_options(specs, entry_points):
             options = specs[role]["argument_specs"][entry].get("options") or {}
         except (KeyError, TypeError, AttributeError):
             raise AnsibleFilterError("no argument spec for entry point %r of role %r" % (entry, role))
-        merged.update(options)
+        for name, spec in options.items():
+            if name in merged and merged[name] != spec:
+                raise AnsibleFilterError("option %s is specified differently by %s and %s:%s; one definition is expected"
+                                         % (name, where[name], role, entry))
+            merged[name] = spec
+            where.setdefault(name, "%s:%s" % (role, entry))
     return merged
 
 

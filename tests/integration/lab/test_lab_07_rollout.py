@@ -34,7 +34,9 @@ def test_second_concurrent_deploy_fails_fast_naming_the_holder(lab):
         time.sleep(0.5)
     else:
         first.kill()
-        raise AssertionError("the first deploy never took the lock")
+        out_first, _ = first.communicate(timeout=60)
+        raise AssertionError(f"the first deploy never took the lock within 120 s (rc {first.returncode}); "
+                             f"its output:\n{out_first[-6000:]}")
     owner = labkit.read_json("ct200", "/run/ddtree-fleet/lock/owner.json")
     second = labkit.run_playbook("deploy_ddtree.yml", "-l", "ct200")
     out_first, _ = first.communicate(timeout=900)

@@ -22,25 +22,19 @@ def test_failed_canary_leaves_every_other_host_untouched(lab):
 
 
 def test_second_concurrent_deploy_fails_fast_naming_the_holder(lab):
-    env = labkit.ansible_env()
-    argv = [str(labkit.VENV_BIN / "ansible-playbook"), "deploy_ddtree.yml", "-l", "ct200"]
-    first = subprocess.Popen(argv, cwd=labkit.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-    # Wait until the first run holds ct200's lock.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if labkit.ssh("ct200", "test -f /run/ddtree-fleet/lock/owner.json", check=False).returncode == 0:
-            break
-        time.sleep(0.5)
-    else:
-        first.kill()
-        out_first, _ = first.communicate(timeout=60)
-        raise AssertionError(f"the first deploy never took the lock within 120 s (rc {first.returncode}); "
-                             f"its output:\n{out_first[-6000:]}")
+    first = labkit.Background("deploy_ddtree.yml", "-l", "ct200")   # its output goes to its own log
+    try:
+        labkit.wait_until(lambda: first.proc.poll() is not None
+                          or labkit.ssh("ct200", "test -f /run/ddtree-fleet/lock/owner.json",
+                                        check=False).returncode == 0, 120, what="the first deploy holding the lock")
+    except AssertionError:
+        first.proc.kill()
+        raise
+    assert first.proc.poll() is None, f"the first deploy ended before it was seen holding the lock: {first.wait()}"
     owner = labkit.read_json("ct200", "/run/ddtree-fleet/lock/owner.json")
     second = labkit.run_playbook("deploy_ddtree.yml", "-l", "ct200")
-    out_first, _ = first.communicate(timeout=900)
-    assert first.returncode == 0, out_first[-3000:]
+    first_run = first.wait(900)
+    assert first_run.rc == 0, first_run
     assert second.rc != 0, second
     assert "ct200 is locked by another ddtree-fleet run" in second.out
     assert f"pid {owner['pid']}" in second.out

@@ -297,8 +297,8 @@ class PlaybookRun:
 
 def start_playbook(playbook: str, inventory: Path, tmp: Path, *args: str, results: Path | None = None):
     argv = [str(VENV_BIN / "ansible-playbook"), playbook, "-i", str(inventory), *args]
-    proc = subprocess.Popen(argv, cwd=REPO, env=ansible_env(tmp, results), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, cwd=REPO, env=ansible_env(tmp, results), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return argv, proc, time.monotonic(), results
 
 
@@ -359,7 +359,8 @@ def ssh_argv(addr: str, command: str) -> list[str]:
 
 
 def snapshot(addr: str) -> list[str]:
-    res = subprocess.run(ssh_argv(addr, SNAPSHOT_SCRIPT), capture_output=True, text=True, timeout=120)
+    res = subprocess.run(ssh_argv(addr, SNAPSHOT_SCRIPT), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=120)
     assert res.returncode == 0, f"snapshot of {addr} failed: {res.stderr}"
     return sorted(res.stdout.splitlines())
 

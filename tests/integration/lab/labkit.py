@@ -93,7 +93,8 @@ def ssh_argv(host: str, command: str, connect_timeout: int = 10) -> list[str]:
 
 
 def ssh(host: str, command: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    res = subprocess.run(ssh_argv(host, command), capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(ssh_argv(host, command), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                         timeout=timeout)
     if check and res.returncode != 0:
         raise AssertionError(f"ssh {host} {command!r} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
     return res
@@ -164,7 +165,7 @@ def run_playbook(playbook: str, *args: str, timeout: float = 900, env: dict[str,
     and written to the test's own log (run_log)."""
     argv = [str(VENV_BIN / "ansible-playbook"), playbook, *args]
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, env=ansible_env(env), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, cwd=REPO, env=ansible_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines: list[tuple[float, str]] = []
     assert proc.stdout is not None
@@ -188,8 +189,8 @@ class Background:
         import threading
         self.argv = [str(VENV_BIN / "ansible-playbook"), playbook, *args]
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.argv, cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.proc = subprocess.Popen(self.argv, cwd=REPO, env=ansible_env(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         self.lines: list[tuple[float, str]] = []
         self.log = run_log(self.argv)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -234,7 +235,7 @@ def wait_until(pred, timeout: float, interval: float = 0.5, what: str = "conditi
 
 def run_ansible(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([str(VENV_BIN / "ansible"), *args], cwd=REPO, env=ansible_env(),
-                          capture_output=True, text=True, timeout=timeout)
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
 
 # ------------------------------------------------------------------ host state

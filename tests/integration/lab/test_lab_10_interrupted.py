@@ -18,8 +18,8 @@ def test_controller_killed_mid_change_host_restores_itself_and_next_run_finishes
     assert kg["meta"]["algorithm"] == "NEXTN"
     argv = [str(labkit.VENV_BIN / "ansible-playbook"), "deploy_ddtree.yml", "-l", "ct129",
             "-e", "known_good_watchdog_seconds=20"]
-    proc = subprocess.Popen(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen_restart = False
     out = []
     assert proc.stdout is not None
@@ -85,8 +85,8 @@ def test_benchmark_killed_mid_candidate_host_restores_itself(lab):
     argv = [str(labkit.VENV_BIN / "ansible-playbook"), "benchmark.yml", "-l", host,
             "-e", '{"benchmark_candidates": ["DDTREE"], "benchmark_concurrency": [1]}',
             "-e", "benchmark_watchdog_seconds=20"]
-    proc = subprocess.Popen(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen_restart, killed = False, False
     out = []
     assert proc.stdout is not None

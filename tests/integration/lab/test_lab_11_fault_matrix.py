@@ -320,8 +320,9 @@ def _lose_host_mid_change(cut, restore_link=None, timeout: float = 300):
     dirs = watchdog_dirs(HOST)
     bg = labkit.Background("deploy_ddtree.yml", "-l", HOST, *WATCHDOG)
     try:
-        labkit.wait_until(lambda: bg.proc.poll() is None and candidate_running(HOST), 240, 0.3,
+        labkit.wait_until(lambda: bg.proc.poll() is not None or candidate_running(HOST), 240, 0.3,
                           what="the DDTREE candidate running")
+        assert bg.proc.poll() is None, f"the deploy ended before its candidate ran: {bg.wait()}"
         t_cut = time.monotonic()
         cut(bg)
         run = bg.wait(timeout)

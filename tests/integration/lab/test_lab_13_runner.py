@@ -30,8 +30,8 @@ def job(lab, tmp_path_factory):
             "--inventory", str(labkit.INVENTORY), "--limit", HOST]
     t0 = time.monotonic()
     with labkit.run_log(argv).open("w") as log:
-        proc = subprocess.run(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdout=log,
-                              stderr=subprocess.STDOUT, text=True, timeout=900, check=False)
+        proc = subprocess.run(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdin=subprocess.DEVNULL,
+                              stdout=log, stderr=subprocess.STDOUT, text=True, timeout=900, check=False)
     artifacts = pdd / "artifacts" / "incident"
     events = [json.loads(p.read_text()) for p in sorted((artifacts / "job_events").glob("*.json"),
                                                         key=lambda p: int(p.name.split("-", 1)[0]))]

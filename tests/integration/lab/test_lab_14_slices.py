@@ -96,8 +96,8 @@ def runs(fleet):
     for k, hosts in parts.items():
         argv = _drift_argv(fleet, "-l", ",".join(hosts), "-e", f"ddtree_slice={k}/{SLICES}")
         log = labkit.run_log(argv).open("w")
-        procs[k] = (subprocess.Popen(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdout=log,
-                                     stderr=subprocess.STDOUT, text=True), log)
+        procs[k] = (subprocess.Popen(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=subprocess.STDOUT, text=True), log)
     rcs = {}
     for k, (proc, log) in procs.items():
         rcs[k] = proc.wait(timeout=900)

@@ -100,11 +100,15 @@ last_status:
 """
 
 import time
-import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
 
+try:
+    from ansible.module_utils.ddtree_http import BadURL, HttpError, get_json, parse_base_url
+except ImportError:  # pragma: no cover - running outside Ansible's module_utils
+    from ddtree_http import BadURL, HttpError, get_json, parse_base_url
+
+HEALTH_TIMEOUT = 5.0
 PROPS = ("ActiveState", "SubState", "NRestarts", "ExecMainStatus", "Result")
 
 
@@ -116,13 +120,17 @@ def unit_state(module, systemctl, unit):
 
 
 def health_status(url):
+    """The HTTP status of <url>/health; 0 when no answer came (refused, unreachable, timed out).
+
+    A bad url raises ValueError (ddtree_http.BadURL).
+    """
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError):
+        status, _body = get_json(url, "/health", timeout=HEALTH_TIMEOUT)
+    except BadURL:
+        raise
+    except HttpError:
         return 0
+    return status
 
 
 def main():
@@ -138,6 +146,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    try:
+        parse_base_url(p["url"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     if module.check_mode and p["skip_in_check_mode"]:
         module.exit_json(changed=False, skipped=True, healthy=False, elapsed=0.0, state="check_mode", last_status=0)
     systemctl = module.get_bin_path("systemctl", required=bool(p["unit"]))

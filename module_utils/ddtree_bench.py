@@ -35,8 +35,12 @@ The final event is parsed in full once, for ``meta_info``.  This matches
 bench_serving's treatment of a chunk that carries several tokens: its gap is
 divided evenly over its tokens.
 
+The HTTP/1.1 messages (request, response head, body framing) are ddtree_http's, the one
+owner of the wire format; this module keeps only the asyncio transport around them.
+
 Imported by bin/ddtree-bench (with module_utils/ on sys.path) and usable as
-``ansible.module_utils.ddtree_bench``; it must not import ansible.
+``ansible.module_utils.ddtree_bench`` (it then takes ``ansible.module_utils.ddtree_http``);
+it must not import ansible itself.
 """
 
 from __future__ import annotations
@@ -49,7 +53,14 @@ import re
 import socket
 import ssl
 import time
-import urllib.parse
+
+try:
+    from ansible.module_utils.ddtree_http import (BadURL, BodyDecoder, parse_head,
+                                                  request_bytes)
+    from ansible.module_utils.ddtree_http import parse_base_url as _parse_base_url
+except ImportError:
+    from ddtree_http import BadURL, BodyDecoder, parse_head, request_bytes
+    from ddtree_http import parse_base_url as _parse_base_url
 
 SCHEMA_VERSION = 1
 DEFAULT_CONCURRENCY = (1, 4, 16, 48)
@@ -303,31 +314,11 @@ def peak_per_second(ok) -> tuple:
 # ---------------------------------------------------------------------------------------------
 
 def parse_base_url(url: str) -> dict:
-    u = urllib.parse.urlsplit(url)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise BenchError(f"URL must be http(s)://host[:port][/prefix], got {url!r}")
-    port = u.port or (443 if u.scheme == "https" else 80)
-    prefix = u.path.rstrip("/")
-    host_header = u.hostname if ":" not in u.hostname else f"[{u.hostname}]"
-    if u.port:
-        host_header += f":{u.port}"
-    return {"scheme": u.scheme, "host": u.hostname, "port": port, "prefix": prefix,
-            "host_header": host_header}
-
-
-def _request_bytes(target: dict, method: str, path: str, body: bytes, api_key,
-                   keep_alive: bool = False) -> bytes:
-    lines = [f"{method} {target['prefix']}{path} HTTP/1.1",
-             f"Host: {target['host_header']}",
-             f"User-Agent: {USER_AGENT}",
-             "Accept: */*",
-             "Connection: " + ("keep-alive" if keep_alive else "close")]
-    if api_key:
-        lines.append(f"Authorization: Bearer {api_key}")
-    if body or method == "POST":
-        lines.append("Content-Type: application/json")
-        lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    """ddtree_http.parse_base_url; a bad URL is a BenchError (the benchmark cannot run)."""
+    try:
+        return _parse_base_url(url)
+    except BadURL as exc:
+        raise BenchError(str(exc)) from None
 
 
 async def _open(target: dict, timeout: float):
@@ -367,94 +358,39 @@ def _quickack(sock) -> None:
 
 
 async def _read_head(reader) -> tuple:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-        raise ConnectionError(f"bad HTTP status line: {lines[0][:80]!r}")
-    status = int(parts[1])
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            k, v = line.split(":", 1)
-            headers[k.strip().lower()] = v.strip()
-    return status, headers
+    return parse_head(await reader.readuntil(b"\r\n\r\n"))
 
 
-class _Dechunker:
-    """Incremental decoder of the chunked transfer coding."""
+async def _read_body(reader, headers: dict, status=None, limit: int = 1 << 20,
+                     strict: bool = True) -> bytes:
+    """The body of a small response, at most ``limit`` bytes of it.
 
-    def __init__(self):
-        self.buf = b""
-        self.need = None       # bytes left in the current chunk (None = reading a size line)
-        self.done = False
-
-    def feed(self, data: bytes) -> bytes:
-        self.buf += data
-        out = []
-        while not self.done:
-            if self.need is None:
-                i = self.buf.find(b"\r\n")
-                if i < 0:
-                    break
-                size_txt = self.buf[:i].split(b";", 1)[0].strip()
-                self.buf = self.buf[i + 2:]
-                if not size_txt:
-                    continue
-                size = int(size_txt, 16)
-                if size == 0:
-                    self.need = -1          # trailer section, ends with an empty line
-                    continue
-                self.need = size
-            elif self.need < 0:
-                if self.buf.startswith(b"\r\n"):
-                    self.buf = self.buf[2:]
-                    self.done = True
-                elif b"\r\n\r\n" in self.buf:
-                    self.buf = self.buf.split(b"\r\n\r\n", 1)[1]
-                    self.done = True
-                break
-            else:
-                if len(self.buf) < self.need + 2:
-                    if len(self.buf) > self.need:   # have the data, waiting for CRLF
-                        break
-                    out.append(self.buf)
-                    self.need -= len(self.buf)
-                    self.buf = b""
-                    break
-                out.append(self.buf[:self.need])
-                self.buf = self.buf[self.need + 2:]
-                self.need = None
-        return b"".join(out)
-
-
-async def _read_body(reader, headers: dict, limit: int = 1 << 20) -> bytes:
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        dec = _Dechunker()
-        out = []
-        while not dec.done:
-            data = await reader.read(65536)
-            if not data:
-                break
-            out.append(dec.feed(data))
-        return b"".join(out)[:limit]
-    if "content-length" in headers:
-        n = int(headers["content-length"])
-        return await reader.readexactly(n)
-    return (await reader.read(limit))
+    strict=False: a body cut short by the peer comes back as far as it came.
+    """
+    dec = BodyDecoder(headers, status)
+    out = bytearray()
+    while not dec.done and len(out) < limit:
+        data = await reader.read(65536)
+        if not data:
+            if strict:
+                dec.eof()
+            break
+        out += dec.feed(data)
+    return bytes(out[:limit])
 
 
 async def http_json(base_url: str, path: str, api_key=None, timeout: float = 10.0,
                     method: str = "GET", payload=None):
     """(status, parsed JSON or text) of a small request."""
     target = parse_base_url(base_url)
-    body = canonical_json(payload) if payload is not None else b""
+    body = canonical_json(payload) if payload is not None else None
     reader, writer = await _open(target, timeout)
     try:
-        writer.write(_request_bytes(target, method, path, body, api_key))
+        writer.write(request_bytes(target, method, path, body, api_key=api_key,
+                                   user_agent=USER_AGENT))
         await writer.drain()
         status, headers = await asyncio.wait_for(_read_head(reader), timeout)
-        data = await asyncio.wait_for(_read_body(reader, headers), timeout)
+        data = await asyncio.wait_for(_read_body(reader, headers, status), timeout)
     finally:
         writer.close()
     text = data.decode("utf-8", "replace")
@@ -537,13 +473,13 @@ async def stream_generate(target: dict, body: bytes, api_key=None,
             conn["writer"] = writer
             sock = writer.get_extra_info("socket") if quickack else None
             _quickack(sock)
-            writer.write(_request_bytes(target, "POST", "/generate", body, api_key,
-                                        keep_alive=pool is not None))
+            writer.write(request_bytes(target, "POST", "/generate", body, api_key=api_key,
+                                       keep_alive=pool is not None, user_agent=USER_AGENT))
             await writer.drain()
             status, headers = await _read_head(reader)
             conn["head"] = True
             if status != 200:
-                data = await _read_body(reader, headers, limit=4096)
+                data = await _read_body(reader, headers, status, limit=4096, strict=False)
                 rec["end"] = clock()
                 rec["error"] = (f"HTTP {status}: "
                                 + data.decode("utf-8", "replace").strip()[:300])
@@ -600,8 +536,7 @@ async def _consume_stream(reader, headers: dict, rec: dict, clock, parse: str = 
     Returns True when the response ended cleanly (the connection can be reused).
     """
     every = parse == "every"
-    chunked = headers.get("transfer-encoding", "").lower() == "chunked"
-    dec = _Dechunker() if chunked else None
+    dec = BodyDecoder(headers)
     chunks = rec["chunks"]
     pending = b""          # SSE bytes not yet ended by a blank line
     last_event = None      # last complete non-[DONE] data payload
@@ -613,8 +548,7 @@ async def _consume_stream(reader, headers: dict, rec: dict, clock, parse: str = 
             break
         now = clock()
         _quickack(sock)
-        if dec is not None:
-            data = dec.feed(data)
+        data = dec.feed(data)
         if data:
             pending += data
             cut = pending.rfind(b"\n\n")
@@ -664,9 +598,7 @@ async def _consume_stream(reader, headers: dict, rec: dict, clock, parse: str = 
                     last_n = n_new
                     rec["output_tokens"] = n_new
                 rec["end"] = now
-        if dec is not None and dec.done:
-            break
-        if saw_done and dec is None:
+        if dec.done or (saw_done and dec.mode == "close"):
             break
     if last_event is not None:
         _record_final(last_event, rec)
@@ -676,7 +608,7 @@ async def _consume_stream(reader, headers: dict, rec: dict, clock, parse: str = 
         rec["error"] = (f"stream ended without [DONE] ({rec['output_tokens']} tokens received)")
     elif not chunks:
         rec["error"] = "no tokens streamed"
-    return dec is not None and dec.done and not pending.strip()
+    return dec.done and not pending.strip()
 
 
 def _tokens_in(obj: dict) -> int:

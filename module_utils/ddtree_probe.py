@@ -13,6 +13,9 @@ The result is a JSON-serialisable report whose ``verdict``
 is ``pass``, ``fail`` (the server is broken) or ``inconclusive`` (the probe
 could not measure: nothing listening, credentials refused, no data).
 
+HTTP on the wire (the streaming request with hard deadlines, /server_info) is
+``ddtree_http``'s.
+
 Imported by the Ansible module (``ansible.module_utils.ddtree_probe``) and by
 bin/ddtree-probe (``ddtree_probe`` with module_utils/ on sys.path).  It must
 not import ansible and must run on a host that only has python3.
@@ -24,18 +27,20 @@ import datetime
 import errno
 import json
 import re
-import socket
 import ssl
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
 try:
     from ansible.module_utils import ddtree_agreement as agreement_rules
+    from ansible.module_utils.ddtree_http import (BadURL, ConnectionClosed, HttpError,
+                                                  HttpTimeout, ProtocolError, Stream,
+                                                  Unreachable, get_json, parse_base_url,
+                                                  redact_url)
     from ansible.module_utils.ddtree_textcheck import assess, judges, same_output_reasons
 except ImportError:
     import ddtree_agreement as agreement_rules
+    from ddtree_http import (BadURL, ConnectionClosed, HttpError, HttpTimeout, ProtocolError,
+                             Stream, Unreachable, get_json, parse_base_url, redact_url)
     from ddtree_textcheck import assess, judges, same_output_reasons
 
 PASS = "pass"
@@ -151,20 +156,6 @@ def load_prompts_file(path: str) -> list[dict]:
 # small helpers
 # --------------------------------------------------------------------------
 
-def redact_url(url: str) -> str:
-    """Drop user:password@ from a URL."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return url
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = "%s:%d" % (host, parts.port)
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
 def redact(obj, secrets):
     """Return a deep copy of obj with every secret substring replaced."""
     secrets = [s for s in secrets if s]
@@ -213,178 +204,18 @@ def first_divergence(baseline: str, candidate: str, context: int = DIVERGENCE_CO
 
 
 # --------------------------------------------------------------------------
-# a minimal HTTP/1.1 streaming client over a raw socket
+# the HTTP client (ddtree_http)
 # --------------------------------------------------------------------------
 
-class _Timeout(Exception):
-    pass
+USER_AGENT = "ddtree-probe/1"
 
 
-class _Closed(Exception):
-    pass
-
-
-class _Unreachable(Exception):
-    def __init__(self, kind, msg):
-        super().__init__(msg)
-        self.kind = kind
-
-
-class _Stream:
-    """One HTTP request whose body is read incrementally with hard deadlines.
-
-    A raw socket is used (not http.client) because a timed-out read on
-    http.client's buffered file object leaves it unusable, and the probe needs
-    to wake up on deadlines without losing the stream.
-    """
-
-    def __init__(self, url: str, clock):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ProbeError("url must be http(s)://host[:port], got %r" % redact_url(url))
-        self.https = parts.scheme == "https"
-        self.host = parts.hostname
-        self.port = parts.port or (443 if self.https else 80)
-        self.base_path = parts.path.rstrip("/")
-        self.clock = clock
-        self.sock = None
-        self.raw = b""
-        self.status = None
-        self.headers = {}
-        self._mode = None
-        self._left = 0
-        self._done = False
-        self._chunk_state = "size"
-
-    def connect(self, timeout: float):
-        try:
-            sock = socket.create_connection((self.host, self.port), timeout=max(0.05, timeout))
-        except socket.gaierror as exc:
-            raise _Unreachable("dns", "cannot resolve %s: %s" % (self.host, exc))
-        except ConnectionRefusedError:
-            raise _Unreachable("refused", "connection refused by %s:%d" % (self.host, self.port))
-        except socket.timeout:
-            raise _Unreachable("connect_timeout", "connect to %s:%d timed out after %.1f s" % (
-                self.host, self.port, timeout))
-        except OSError as exc:
-            raise _Unreachable("connect_error", "cannot connect to %s:%d: %s" % (
-                self.host, self.port, exc.strerror or exc))
-        if self.https:
-            ctx = ssl.create_default_context()
-            sock = ctx.wrap_socket(sock, server_hostname=self.host)
-        self.sock = sock
-
-    def send(self, method: str, path: str, headers: dict, body: bytes | None):
-        host = "[%s]" % self.host if ":" in self.host else self.host
-        lines = ["%s %s%s HTTP/1.1" % (method, self.base_path, path),
-                 "Host: %s:%d" % (host, self.port)]
-        for k, v in headers.items():
-            lines.append("%s: %s" % (k, v))
-        if body is not None:
-            lines.append("Content-Length: %d" % len(body))
-        lines.append("Connection: close")
-        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
-        self.sock.sendall(data)
-
-    def _recv(self, deadline: float) -> bytes:
-        remaining = deadline - self.clock()
-        if remaining <= 0:
-            raise _Timeout()
-        self.sock.settimeout(remaining)
-        try:
-            data = self.sock.recv(65536)
-        except socket.timeout:
-            raise _Timeout()
-        return data
-
-    def read_headers(self, deadline: float):
-        while b"\r\n\r\n" not in self.raw:
-            data = self._recv(deadline)
-            if not data:
-                raise _Closed("connection closed before the response headers")
-            self.raw += data
-        head, self.raw = self.raw.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin-1").split("\r\n")
-        try:
-            self.status = int(lines[0].split()[1])
-        except (IndexError, ValueError):
-            raise _Closed("malformed status line %r" % lines[0][:80])
-        for line in lines[1:]:
-            if ":" in line:
-                k, v = line.split(":", 1)
-                self.headers[k.strip().lower()] = v.strip()
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
-            self._mode = "chunked"
-        elif "content-length" in self.headers:
-            self._mode = "length"
-            self._left = int(self.headers["content-length"])
-        else:
-            self._mode = "close"
-
-    def read_body(self, deadline: float) -> bytes:
-        """Next decoded body bytes (b'' at the end).  Raises _Timeout / _Closed."""
-        while True:
-            if self._done:
-                return b""
-            out = self._decode()
-            if out:
-                return out
-            if self._done:
-                return b""
-            data = self._recv(deadline)
-            if not data:
-                if self._mode == "close":
-                    self._done = True
-                    return b""
-                raise _Closed("connection closed in the middle of the response body")
-            self.raw += data
-
-    def _decode(self) -> bytes:
-        if self._mode == "close":
-            out, self.raw = self.raw, b""
-            return out
-        if self._mode == "length":
-            out, self.raw = self.raw[:self._left], self.raw[self._left:]
-            self._left -= len(out)
-            if self._left <= 0:
-                self._done = True
-            return out
-        out = b""
-        while True:
-            if self._chunk_state == "size":
-                if b"\r\n" not in self.raw:
-                    return out
-                line, self.raw = self.raw.split(b"\r\n", 1)
-                try:
-                    size = int(line.split(b";")[0].strip() or b"0", 16)
-                except ValueError:
-                    raise _Closed("malformed chunk size %r" % line[:40])
-                if size == 0:
-                    self._done = True
-                    return out
-                self._left = size
-                self._chunk_state = "data"
-            if self._chunk_state == "data":
-                take = self.raw[:self._left]
-                self.raw = self.raw[self._left:]
-                self._left -= len(take)
-                out += take
-                if self._left > 0:
-                    return out
-                self._chunk_state = "crlf"
-            if self._chunk_state == "crlf":
-                if len(self.raw) < 2:
-                    return out
-                self.raw = self.raw[2:]
-                self._chunk_state = "size"
-
-    def close(self):
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-            self.sock = None
+def _target(url):
+    """The parsed base URL; a bad one is a ProbeError (the probe cannot run)."""
+    try:
+        return parse_base_url(url)
+    except BadURL as exc:
+        raise ProbeError(str(exc)) from None
 
 
 def _is_reset(exc: BaseException) -> bool:
@@ -560,10 +391,6 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
            "finish_reason": None, "spec_accept_length": None, "http_status": None,
            "reached": False}
     path, body = _request_for(endpoint, item, model, top_logprobs)
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-               "User-Agent": "ddtree-probe/1"}
-    if api_key:
-        headers["Authorization"] = "Bearer " + api_key
     acc = _Accumulator(endpoint)
     t0 = clock()
     hard_deadline = t0 + request_timeout
@@ -575,7 +402,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
     # so the early rate checks allow for the next step's tokens arriving right now.
     max_step = 0
     early = None          # (verdict, reason) when the probe gave up early
-    stream = _Stream(url, clock)
+    stream = Stream(_target(url), clock, USER_AGENT)
     saw_done = False
 
     def finish_measurements(now):
@@ -603,8 +430,9 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
     try:
         stream.connect(min(ttft_timeout, request_timeout))
         res["reached"] = True
-        stream.send("POST", path, headers, body)
-        stream.read_headers(min(t0 + ttft_timeout, hard_deadline))
+        stream.send("POST", path, body, headers={"Accept": "text/event-stream"},
+                    api_key=api_key)
+        stream.read_head(min(t0 + ttft_timeout, hard_deadline))
         res["http_status"] = stream.status
         if stream.status != 200:
             # Read a short error body for the report.
@@ -616,7 +444,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                     if not chunk:
                         break
                     err += chunk
-            except (_Timeout, _Closed, OSError):
+            except (HttpError, OSError):
                 pass
             detail = err.decode("utf-8", "replace").strip().replace("\n", " ")[:200]
             st = stream.status
@@ -650,7 +478,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                     wake = min(wake, max(now + 0.2, t0 + rate_window_s - prior_seconds))
                 try:
                     data = stream.read_body(wake)
-                except _Timeout:
+                except HttpTimeout:
                     now = clock()
                     if now >= deadline - 1e-3:
                         if now >= hard_deadline - 1e-3:
@@ -739,14 +567,14 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                     first_t = last_t = clock()
                 except ValueError:
                     pass
-    except _Unreachable as exc:
+    except Unreachable as exc:
         res["reached"] = False
         early = (INCONCLUSIVE, "unreachable: %s" % exc)
         res["error_kind"] = exc.kind
-    except _Closed as exc:
+    except (ConnectionClosed, ProtocolError) as exc:
         early = (FAIL, "connection_closed: %s (%d tokens received)" % (exc, acc.tokens))
-    except _Timeout:
-        # Only read_headers can raise here: no response within ttft_timeout.
+    except HttpTimeout:
+        # Only read_head can raise here: no response within ttft_timeout.
         early = (FAIL, "ttft_timeout: no response headers within %.1f s" % ttft_timeout)
     except OSError as exc:
         if _is_reset(exc):
@@ -792,28 +620,19 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
 # /server_info and /v1/models
 # --------------------------------------------------------------------------
 
-def _get_json(url, path, api_key, timeout):
-    req = urllib.request.Request(url.rstrip("/") + path, method="GET")
-    req.add_header("Accept", "application/json")
-    if api_key:
-        req.add_header("Authorization", "Bearer " + api_key)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read(2_000_000).decode("utf-8", "replace"))
-
-
 def fetch_server_info(url, api_key=None, timeout=SERVER_INFO_TIMEOUT) -> dict:
     """A safe subset of /server_info (never the server's api_key or other args)."""
     last_err = None
     for path in ("/server_info", "/get_server_info"):
         try:
-            data = _get_json(url, path, api_key, timeout)
-        except urllib.error.HTTPError as exc:
-            last_err = "HTTP %d from %s" % (exc.code, path)
-            if exc.code == 404:
-                continue
+            status, data = get_json(url, path, api_key, timeout, user_agent=USER_AGENT)
+        except HttpError as exc:
+            last_err = "%s: %s" % (path, exc)
             break
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            last_err = "%s: %s" % (path, getattr(exc, "reason", exc))
+        if status != 200:
+            last_err = "HTTP %d from %s" % (status, path)
+            if status == 404:
+                continue
             break
         if not isinstance(data, dict):
             last_err = "%s: not a JSON object" % path
@@ -834,9 +653,9 @@ def fetch_server_info(url, api_key=None, timeout=SERVER_INFO_TIMEOUT) -> dict:
 
 def _first_model_id(url, api_key, timeout=SERVER_INFO_TIMEOUT):
     try:
-        data = _get_json(url, "/v1/models", api_key, timeout)
-        return data["data"][0]["id"]
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError):
+        status, data = get_json(url, "/v1/models", api_key, timeout, user_agent=USER_AGENT)
+        return data["data"][0]["id"] if status == 200 else None
+    except (HttpError, KeyError, IndexError, TypeError):
         return None
 
 
@@ -950,9 +769,7 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0:
         raise ProbeError("top_logprobs must be an integer >= 0")
     items = normalise_prompts(prompts)
-    urllib.parse.urlsplit(url)  # raises ValueError on garbage
-    if not url.startswith(("http://", "https://")):
-        raise ProbeError("url must start with http:// or https://")
+    _target(url)
 
     thresholds = {"min_tokens_per_s": min_tokens_per_s, "stall_timeout": stall_timeout,
                   "ttft_timeout": ttft_timeout, "rate_window_s": rate_window_s,

@@ -154,13 +154,7 @@ def test_expand_workload_payload():
 
 # ---- wire parsing --------------------------------------------------------------------------
 
-def test_dechunker_handles_split_input():
-    body = b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n"
-    for step in (1, 3, 7, len(body)):
-        d = db._Dechunker()
-        out = b"".join(d.feed(body[i:i + step]) for i in range(0, len(body), step))
-        assert out == b"hello world" and d.done
-
+# (The framing itself, ddtree_http's BodyDecoder, is tested in tests/unit/http/test_http.py.)
 
 def _sse(obj) -> bytes:
     data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
@@ -224,16 +218,45 @@ def test_consume_stream_errors():
     assert empty["error"] == "no tokens streamed"
 
 
-def test_parse_base_url():
+def test_parse_base_url_bad_is_bench_error():
     t = db.parse_base_url("http://127.0.0.1:30000/prefix/")
     assert (t["host"], t["port"], t["prefix"], t["host_header"]) == \
         ("127.0.0.1", 30000, "/prefix", "127.0.0.1:30000")
-    with pytest.raises(db.BenchError):
-        db.parse_base_url("ftp://x")
-    req = db._request_bytes(t, "POST", "/generate", b"{}", "sekret", keep_alive=True)
-    assert req.startswith(b"POST /prefix/generate HTTP/1.1\r\n")
-    assert b"Authorization: Bearer sekret\r\n" in req and b"Connection: keep-alive" in req
-    assert req.endswith(b"Content-Length: 2\r\n\r\n{}")
+    for bad in ("ftp://x", "127.0.0.1:30000", "http://h:99999"):
+        with pytest.raises(db.BenchError, match="url must be http"):
+            db.parse_base_url(bad)
+
+
+def test_consume_stream_content_length_is_reusable():
+    """Without chunking the body's end is its Content-Length: the connection can be reused."""
+    body = (b"data: " + json.dumps(_event(2)).encode() + b"\n\n" + b"data: [DONE]\n\n")
+    reads = [body[:10], body[10:]]
+
+    class R:
+        async def read(self, n):
+            return reads.pop(0) if reads else b""
+    rec = {"start": 0.0, "chunks": [], "end": 0.0, "prompt_tokens": 0, "output_tokens": 0,
+           "accept_length": None, "error": None}
+    clean = asyncio.run(db._consume_stream(R(), {"content-length": str(len(body))}, rec,
+                                           lambda: 1.0))
+    assert clean is True and rec["error"] is None and rec["output_tokens"] == 2
+    reads[:] = [body]
+    rec.update(chunks=[], output_tokens=0)
+    cut = asyncio.run(db._consume_stream(R(), {"content-length": str(len(body) + 5)}, rec,
+                                         lambda: 1.0))
+    assert cut is False                           # closed before the announced length
+
+
+def test_consume_stream_malformed_chunk_raises():
+    reads = [b"zz\r\ndata: {}\r\n"]
+
+    class R:
+        async def read(self, n):
+            return reads.pop(0) if reads else b""
+    rec = {"start": 0.0, "chunks": [], "end": 0.0, "prompt_tokens": 0, "output_tokens": 0,
+           "accept_length": None, "error": None}
+    with pytest.raises(ValueError, match="malformed chunk size"):
+        asyncio.run(db._consume_stream(R(), {"transfer-encoding": "chunked"}, rec, lambda: 1.0))
 
 
 # ---- one event per scheduler step: one token, or several (speculative decoding) ------------

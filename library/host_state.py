@@ -139,6 +139,10 @@ differences:
   type: list
   elements: str
   sample: ["service: sglang.service is inactive", "known-good: record is 1a2b, declared 3c4d"]
+fingerprint:
+  description: The declared configuration's fingerprint, as given in O(fingerprint).
+  returned: always
+  type: str
 pending_change:
   description: Whether the unit, the environment, the logging config, or the service's active/enabled state must change.
   returned: always
@@ -236,7 +240,7 @@ def main():
         state = read_state(params)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="%s: cannot read the host's state: %s" % (params["state_dir"], exc))
-    module.exit_json(changed=False, **state)
+    module.exit_json(changed=False, fingerprint=params["fingerprint"], **state)
 
 
 if __name__ == "__main__":

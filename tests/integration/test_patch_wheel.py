@@ -208,6 +208,14 @@ class StubSglang:
         worker.DFlashWorkerV2 = DFlashWorkerV2
         self.dflash_worker = DFlashWorkerV2
 
+        ddtree_worker = types.ModuleType("sglang.srt.speculative.ddtree_worker_v2")
+
+        class DDTreeWorkerV2(DFlashWorkerV2):
+            pass
+
+        ddtree_worker.DDTreeWorkerV2 = DDTreeWorkerV2
+        self.ddtree_worker = DDTreeWorkerV2
+
         platforms = types.ModuleType("sglang.srt.platforms")
         platforms.current_platform = types.SimpleNamespace(is_out_of_tree=lambda: False)
 
@@ -218,7 +226,7 @@ class StubSglang:
         for handler in ("dflash", "dspark", "eagle_family", "frozen_kv_mtp", "ngram", "uno"):
             setattr(hook, "_handle_" + handler, self._recorder(handler))
 
-        for module in (worker, platforms, ragged, hook):
+        for module in (worker, ddtree_worker, platforms, ragged, hook):
             monkeypatch.setitem(sys.modules, module.__name__, module)
 
     def _recorder(self, handler):
@@ -293,7 +301,7 @@ def test_full_series_applies_cleanly_and_is_idempotent(site, monkeypatch):
     assert set(DETECTOR_FILES) <= set(touched)
     assert litter(site, touched) == []
     created = created_files(patches)
-    assert created == {"sglang/srt/speculative/ddtree_tree.py"}
+    assert created == {"sglang/srt/speculative/ddtree_tree.py", "sglang/srt/speculative/ddtree_worker_v2.py"}
     assert all((site / rel).is_file() for rel in created)
 
     stamp = json.loads((site / "sglang" / ".ddtree-patchset.json").read_text())
@@ -330,7 +338,9 @@ def test_full_series_applies_cleanly_and_is_idempotent(site, monkeypatch):
     assert ddtree.supports_target_verify_for_draft()
     assert ddtree.supports_mixed_chunk()
     assert not ddtree.is_dspark() and not ddtree.is_eagle() and not ddtree.is_none()
-    assert ddtree.create_worker(types.SimpleNamespace()) is stubs.dflash_worker
+    # 0004: DDTREE gets the tree-verify worker, DFLASH keeps its own
+    assert ddtree.create_worker(types.SimpleNamespace()) is stubs.ddtree_worker
+    assert algo_cls.DFLASH.create_worker(types.SimpleNamespace()) is stubs.dflash_worker
     ddtree.handle_server_args(types.SimpleNamespace())
     assert stubs.calls == ["dflash"]
     # Existing members keep their values (DDTREE appended after NONE).

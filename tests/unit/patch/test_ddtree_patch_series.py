@@ -92,6 +92,7 @@ def test_repo_series_matches_sha256sums():
         "0001-ddtree-register-algorithm.patch",
         "0002-ddtree-dflash-family.patch",
         "0003-ddtree-tree.patch",
+        "0004-ddtree-worker.patch",
     ]
     assert sorted(sums) == sorted(names), "SHA256SUMS must list exactly the patches in series"
     for name in names:
@@ -166,7 +167,8 @@ def test_filter_plugin_plans_the_repo_patch_set(logic):
     plan = filters["ddtree_patch_plan"]((PATCH_DIR / "series").read_text(), (PATCH_DIR / "SHA256SUMS").read_text(),
                                         list(reversed(names)), [], str(PATCH_DIR))
     assert [e["name"] for e in plan] == names == [
-        "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch", "0003-ddtree-tree.patch"]
+        "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch", "0003-ddtree-tree.patch",
+            "0004-ddtree-worker.patch"]
     assert [e["src"] for e in plan] == [f"{PATCH_DIR}/{n}" for n in names]
     assert filters["ddtree_patchset_fingerprint"](plan) == logic.patchset_fingerprint(
         [(n, sha256(PATCH_DIR / n)) for n in names]

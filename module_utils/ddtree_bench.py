@@ -779,7 +779,10 @@ def candidate_from_server_info(info: dict):
     return algo
 
 
+# Read from /server_info, which holds every argument (the API key in clear, as the real server
+# answers whoever holds the key): only these names go into a results file.
 FLAG_KEYS = ("speculative_algorithm", "speculative_dflash_enable_ddtree",
+             "speculative_ddtree_budget",
              "speculative_draft_model_path", "speculative_num_steps",
              "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size",
              "attention_backend", "mem_fraction_static", "max_running_requests",

@@ -81,3 +81,20 @@ def test_gpu_label_reads_gpu_facts_and_cli_shapes():
     assert ddtree_bench.gpu_label(facts) == "8x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (sm120)"
     assert ddtree_bench.gpu_label({"name": "NVIDIA RTX A6000", "count": 1}) == "NVIDIA RTX A6000"
     assert ddtree_bench.gpu_label({}) == "unknown GPU"
+
+
+def test_flags_from_server_info_keep_the_listed_arguments_only():
+    info = {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 48,
+            "speculative_draft_model_path": "/srv/models/draft", "tp_size": 1,
+            "disable_cuda_graph": False, "enable_metrics": True,
+            "api_key": "sk-canary", "admin_api_key": "sk-admin",
+            "launch_command": "python -m sglang.launch_server --api-key sk-canary"}
+    flags = db.flags_from_server_info(info)
+    assert flags == ["--speculative-algorithm DDTREE", "--speculative-ddtree-budget 48",
+                     "--speculative-draft-model-path /srv/models/draft", "--tp-size 1"]
+    assert "sk-" not in json.dumps(flags)
+    assert db.candidate_from_server_info(info) == "DDTREE"
+    assert db.candidate_from_server_info({"speculative_algorithm": "DFLASH",
+                                          "speculative_dflash_enable_ddtree": True}) == "DDTREE"
+    assert db.candidate_from_server_info({"speculative_algorithm": None}) == "NONE"
+    assert db.flags_from_server_info("not a dict") == [] and db.candidate_from_server_info(None) is None

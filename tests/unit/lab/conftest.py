@@ -35,14 +35,22 @@ def write_fake_smi(directory: Path, lines) -> Path:
 
 
 def write_fake_sglang(root: Path, state: str) -> Path:
-    """A fake installed sglang package dir. state: unpatched | ddtree_known | ddtree_full."""
+    """A fake installed sglang package dir. state: unpatched | ddtree_known | ddtree_full |
+    ddtree_worker (ddtree_full whose arg_groups/fields/spec.py defines speculative_ddtree_budget,
+    as patch 0004 makes it) | budget_only (unpatched, but spec.py defines the budget field)."""
     pkg = root / "site-packages" / "sglang"
+    full = state in ("ddtree_full", "ddtree_worker")
     for rel in physics.DDTREE_DFLASH_FILES:
         f = pkg / "srt" / rel
         f.parent.mkdir(parents=True, exist_ok=True)
-        mention = state == "ddtree_full" or (state == "ddtree_known" and rel == physics.SPEC_INFO_FILE)
+        mention = full or (state == "ddtree_known" and rel == physics.SPEC_INFO_FILE)
         f.write_text("# fake sglang source\nALGOS = ['DFLASH', 'EAGLE']\n"
                      + ("DDTREE = 'DDTREE'\n" if mention else ""))
+    spec = pkg / "srt" / physics.DDTREE_FLAG_FILE
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text("# fake sglang source\nclass Spec:\n    speculative_num_draft_tokens = None\n"
+                    + (f"    {physics.DDTREE_BUDGET_MARKER} = None\n" if state in ("ddtree_worker", "budget_only")
+                       else ""))
     (pkg / "__init__.py").write_text("raise ImportError('fake sglang must never be imported')\n")
     return pkg
 

@@ -101,3 +101,29 @@ def test_redacted_hides_secrets_for_server_info():
     out = cli.redacted(a)
     assert out["model_path"] == "x" and out["api_key"] == "***" and out["admin_api_key"] == "***"
     assert cli.redacted(cli.parse_args(["--model-path", "x"]))["api_key"] is None
+
+
+def test_budget_flag_only_when_source_defines_the_field(capsys):
+    """--speculative-ddtree-budget exists only in a source that defines speculative_ddtree_budget
+    (patch 0004): without it the parser refuses it like any unknown flag (exit 2)."""
+    argv = ["--model-path", "x", "--speculative-algorithm", "DDTREE", cli.DDTREE_BUDGET_FLAG, "24"]
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(argv)
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {cli.DDTREE_BUDGET_FLAG} 24" in capsys.readouterr().err
+    a = cli.parse_args(argv, extra_flags=[cli.DDTREE_BUDGET_FLAG])
+    assert a.speculative_ddtree_budget == 24
+    assert cli.parse_args(["--model-path", "x"], extra_flags=[cli.DDTREE_BUDGET_FLAG]).speculative_ddtree_budget is None
+    # Optional[int]: a non-integer is argparse's own error; an out-of-range int is the server's (physics).
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(["--model-path", "x", cli.DDTREE_BUDGET_FLAG, "many"], extra_flags=[cli.DDTREE_BUDGET_FLAG])
+    assert exc.value.code == 2 and "invalid int value: 'many'" in capsys.readouterr().err
+    assert cli.parse_args(["--model-path", "x", cli.DDTREE_BUDGET_FLAG, "-3"],
+                          extra_flags=[cli.DDTREE_BUDGET_FLAG]).speculative_ddtree_budget == -3
+    both = cli.parse_args(["--model-path", "x", cli.DDTREE_FORK_FLAG, cli.DDTREE_BUDGET_FLAG, "8"],
+                          extra_flags=[cli.DDTREE_FORK_FLAG, cli.DDTREE_BUDGET_FLAG])
+    assert both.speculative_dflash_enable_ddtree is True and both.speculative_ddtree_budget == 8
+
+
+def test_page_size_is_an_int_like_the_real_field():
+    assert cli.parse_args(["--model-path", "x", "--page-size", "16"]).page_size == 16

@@ -183,3 +183,92 @@ def test_query_gpus_runs_nvidia_smi(smi):
     pro = physics.query_gpus({"DDTREE_LAB_NVIDIA_SMI": str(smi("pro6000x8")), "CUDA_VISIBLE_DEVICES": "0,3"})
     assert len(pro) == 2 and pro[0].arch == "sm120" and pro[0].memory_mib == 97887
     assert physics.query_gpus({"DDTREE_LAB_NVIDIA_SMI": "/nonexistent/nvidia-smi"}) == []
+
+
+# --- the DDTree worker's start-up checks (a source with patch 0004's speculative_ddtree_budget) ----
+
+WORKER = SourceState(found=True, path="/x/sglang", ddtree_known=True, files_with_ddtree=physics.DDTREE_DFLASH_FILES,
+                     files_missing_ddtree=(), ddtree_budget_known=True)
+BUDGET = [cli.DDTREE_BUDGET_FLAG]
+
+
+def budget_args(*extra):
+    return cli.parse_args(["--model-path", "m", "--speculative-algorithm", "DDTREE", *extra], extra_flags=BUDGET)
+
+
+@pytest.mark.parametrize("budget", ["1", "32", "1023"])
+def test_ddtree_budget_in_range_serves(budget):
+    b = decide(PRO, budget_args(cli.DDTREE_BUDGET_FLAG, budget), WORKER)
+    assert b.serves and b.ddtree_budget == int(budget) and b.warnings == ()
+    # The budget is checked, not modelled: rates and acceptance are those of DDTREE at any budget.
+    assert b.tokens_per_second == decide(PRO, budget_args(), WORKER).tokens_per_second
+    assert b.accept_length == physics.ACCEPT["DDTREE"][0]
+
+
+@pytest.mark.parametrize("budget", ["0", "1024", "-3"])
+def test_ddtree_budget_out_of_range_aborts_before_weights(budget):
+    b = decide(PRO, budget_args(cli.DDTREE_BUDGET_FLAG, budget), WORKER)
+    assert not b.serves and b.crash_phase == "args" and b.exit_code == 1
+    assert b.crash_lines[0] == "Traceback (most recent call last):"
+    # validate_budget (0003) raises DDTreeError, a ValueError subclass: the traceback names its class.
+    assert b.crash_lines[-1] == (
+        "sglang.srt.speculative.ddtree_tree.DDTreeError: --speculative-ddtree-budget must be between 1 and 1023"
+        f" (draft nodes per tree, root excluded; the verify width is budget + 1), got {budget}")
+    text = "\n".join(b.crash_lines)
+    assert "in _handle_dflash" in text and "in _handle_ddtree" in text and "in validate_budget" in text
+
+
+@pytest.mark.parametrize("page_size", ["16", "64"])
+def test_ddtree_page_size_other_than_1_aborts(page_size):
+    b = decide(PRO, budget_args("--page-size", page_size), WORKER)
+    assert not b.serves and b.crash_phase == "args" and b.exit_code == 1
+    assert b.crash_lines[-1] == ("ValueError: DDTREE requires --page-size 1 (the accepted tree path is compacted"
+                                 f" token by token), got {page_size}.")
+    assert decide(PRO, budget_args("--page-size", "1"), WORKER).serves
+    assert decide(PRO, budget_args("--page-size", "0"), WORKER).serves  # 0004 reads `page_size or 1`
+
+
+def test_ddtree_rejection_sampling_aborts():
+    b = decide(PRO, budget_args("--speculative-use-rejection-sampling"), WORKER)
+    assert not b.serves and b.crash_phase == "args" and b.exit_code == 1
+    assert b.crash_lines[-1] == (
+        "ValueError: DDTREE does not support --speculative-use-rejection-sampling: the tree is built from the"
+        " draft's top-k log-probabilities, so there is no draft distribution per verify node.")
+
+
+def test_ddtree_checks_need_the_worker_source():
+    # 0001-0003 only (no budget field): the parser has no budget flag, and DDTREE's page size and
+    # rejection sampling are not checked at start-up (the incident's half-built states stay as they were).
+    assert decide(PRO, budget_args("--page-size", "16"), FULL).serves
+    assert decide(PRO, budget_args("--speculative-use-rejection-sampling"), FULL).serves
+
+
+@pytest.mark.parametrize("algorithm,shown", [("NEXTN", "EAGLE"), ("DFLASH", "DFLASH"), ("EAGLE3", "EAGLE3"),
+                                              (None, "None")])
+def test_budget_with_another_algorithm_only_warns(algorithm, shown):
+    """0004 warns in handle_speculative_decoding, after the alias is resolved (NEXTN is EAGLE there)."""
+    algo = ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", "d"] if algorithm else []
+    a = cli.parse_args(["--model-path", "m", *algo, cli.DDTREE_BUDGET_FLAG, "24"], extra_flags=BUDGET)
+    b = decide(PRO, a, WORKER)
+    assert b.serves
+    assert b.warnings == (f"--speculative-ddtree-budget has no effect with speculative_algorithm={shown}"
+                          " (honored by DDTREE only).",)
+    # ... even an out-of-range one: only DDTREE checks it.
+    a.speculative_ddtree_budget = 5000
+    assert decide(PRO, a, WORKER).serves
+
+
+def test_fork_style_honors_the_budget_like_ddtree():
+    extra = [cli.DDTREE_FORK_FLAG, cli.DDTREE_BUDGET_FLAG]
+    fork = SourceState(found=True, path="/x/sglang", ddtree_flag_known=True, ddtree_budget_known=True)
+    a = cli.parse_args(["--model-path", "m", "--speculative-algorithm", "DFLASH", cli.DDTREE_FORK_FLAG,
+                        cli.DDTREE_BUDGET_FLAG, "2000"], extra_flags=extra)
+    b = decide(PRO, a, fork)
+    assert not b.serves and "between 1 and 1023" in b.crash_lines[-1]
+
+
+def test_inspect_source_finds_the_budget_field(sglang_tree):
+    assert physics.inspect_source(sglang_tree("ddtree_worker")).ddtree_budget_known is True
+    assert physics.inspect_source(sglang_tree("budget_only")).ddtree_budget_known is True
+    assert physics.inspect_source(sglang_tree("ddtree_full")).ddtree_budget_known is False
+    assert physics.inspect_source(sglang_tree("ddtree_full")).ddtree_flag_known is False

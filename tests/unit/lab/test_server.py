@@ -274,6 +274,49 @@ def test_unknown_ddtree_aborts_before_weights(launch):
     assert "Traceback (most recent call last):" in s.log and "Load weight begin" not in s.log
 
 
+BUDGET_FLAG = "--speculative-ddtree-budget"
+
+
+def test_ddtree_budget_is_an_unknown_flag_without_the_worker_patch(launch):
+    """0001-0003 define no speculative_ddtree_budget: the real parser exits 2 on the flag."""
+    s = launch(["--speculative-algorithm", "DDTREE", BUDGET_FLAG, "24"], source="ddtree_full")
+    assert s.proc.wait(timeout=10) == 2
+    assert f"launch_server.py: error: unrecognized arguments: {BUDGET_FLAG} 24" in s.log
+    assert "Load weight begin" not in s.log
+
+
+def test_ddtree_budget_accepted_with_the_worker_patch(launch):
+    s = launch(["--speculative-algorithm", "DDTREE", BUDGET_FLAG, "24"], source="ddtree_worker").wait_ready()
+    info = requests.get(s.base + "/server_info", timeout=5).json()
+    assert info["speculative_ddtree_budget"] == 24 and info["speculative_algorithm"] == "DDTREE"
+    assert "has no effect" not in s.log
+
+
+@pytest.mark.parametrize("extra,message", [
+    ([BUDGET_FLAG, "1024"], "sglang.srt.speculative.ddtree_tree.DDTreeError: --speculative-ddtree-budget must be"
+                            " between 1 and 1023 (draft nodes per tree, root excluded; the verify width is"
+                            " budget + 1), got 1024"),
+    (["--page-size", "16"], "ValueError: DDTREE requires --page-size 1 (the accepted tree path is compacted token"
+                            " by token), got 16."),
+    (["--speculative-use-rejection-sampling"], "ValueError: DDTREE does not support"
+                                               " --speculative-use-rejection-sampling: the tree is built from the"
+                                               " draft's top-k log-probabilities, so there is no draft distribution"
+                                               " per verify node."),
+])
+def test_ddtree_worker_refuses_bad_settings_before_weights(launch, extra, message):
+    s = launch(["--speculative-algorithm", "DDTREE", *extra], source="ddtree_worker")
+    assert s.proc.wait(timeout=10) == 1
+    assert s.log.rstrip().endswith(message)
+    assert "Traceback (most recent call last):" in s.log and "Load weight begin" not in s.log
+    assert not port_open(s.port)
+
+
+def test_ddtree_budget_with_another_algorithm_is_a_warning(launch):
+    s = launch(["--speculative-algorithm", "NEXTN", BUDGET_FLAG, "24"], source="ddtree_worker").wait_ready()
+    assert ("--speculative-ddtree-budget has no effect with speculative_algorithm=EAGLE"
+            " (honored by DDTREE only).") in s.log  # the resolved name: NEXTN is an alias of EAGLE
+
+
 def test_dim_mismatch_kills_process_during_warmup(launch):
     """Half-patched DDTREE dies on its first generation: the server's own warm-up request, so the
     port opens, /health says 503 (starting), and the process exits 1 without ever being healthy."""

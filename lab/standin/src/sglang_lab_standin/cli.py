@@ -45,12 +45,22 @@ KNOWN_TYPES: dict[str, Any] = {
     "speculative_eagle_topk": int,
     "speculative_num_draft_tokens": int,
     "speculative_dflash_block_size": int,
+    "page_size": int,
     "watchdog_timeout": float,
 }
 
 # Extra flag understood only when the installed sglang source is a fork that has it
 # (DDTree riding on DFLASH, "the second style"; see physics.SourceState.ddtree_flag_known).
 DDTREE_FORK_FLAG = "--speculative-dflash-enable-ddtree"
+# Extra flag understood only when the installed sglang source defines the field
+# speculative_ddtree_budget (patch 0004 of the fleet's series; physics.SourceState
+# .ddtree_budget_known): Optional[int] = None, so argparse takes an int and defaults to None.
+DDTREE_BUDGET_FLAG = "--speculative-ddtree-budget"
+# How each extra flag is added to the parser, as sglang would derive it from the field.
+EXTRA_FLAGS: dict[str, dict[str, Any]] = {
+    DDTREE_FORK_FLAG: {"action": "store_true", "default": False},
+    DDTREE_BUDGET_FLAG: {"type": int, "default": None},
+}
 
 SECRET_DESTS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 
@@ -183,16 +193,16 @@ def build_parser(extra_flags: Iterable[str] = ()) -> argparse.ArgumentParser:
     """An argparse parser with every action of the real 0.5.23 launch_server parser.
 
     ``extra_flags`` may contain ``DDTREE_FORK_FLAG`` (store_true) when the installed sglang
-    source is a fork that defines it.
+    source is a fork that defines it, and ``DDTREE_BUDGET_FLAG`` (an int) when it defines
+    ``speculative_ddtree_budget``.  Without them both are unrecognized arguments (exit 2).
     """
     parser = argparse.ArgumentParser(prog=PROG, allow_abbrev=True, add_help=True)
     for action in load_actions()["actions"]:
         _add_action(parser, action)
     for flag in extra_flags:
-        if flag != DDTREE_FORK_FLAG:
+        if flag not in EXTRA_FLAGS:
             raise ValueError(f"unknown extra flag {flag}")
-        parser.add_argument(flag, dest=flag.lstrip("-").replace("-", "_"), action="store_true",
-                            default=False)
+        parser.add_argument(flag, dest=flag.lstrip("-").replace("-", "_"), **EXTRA_FLAGS[flag])
     return parser
 
 

@@ -106,6 +106,24 @@ DDTREE_DFLASH_FILES = (
 SPEC_INFO_FILE = "speculative/spec_info.py"
 DDTREE_FLAG_FILE = "arg_groups/fields/spec.py"
 DDTREE_FLAG_MARKER = "speculative_dflash_enable_ddtree"
+# The DDTree worker's node budget field (patch 0004 of the fleet's series, or a fork that has it):
+# when the same file defines it, the parser accepts --speculative-ddtree-budget and DDTREE's
+# start-up checks (_handle_ddtree, run inside _handle_dflash) apply.
+DDTREE_BUDGET_MARKER = "speculative_ddtree_budget"
+DDTREE_MAX_BUDGET = 1023
+# 0004's messages, verbatim. The budget's comes from 0003's validate_budget, a DDTreeError (a
+# ValueError subclass defined in sglang/srt/speculative/ddtree_tree.py): the traceback names it so.
+DDTREE_BUDGET_ERROR = ("sglang.srt.speculative.ddtree_tree.DDTreeError: --speculative-ddtree-budget must be "
+                       "between 1 and {max} (draft nodes per tree, root excluded; the verify width is budget + 1), "
+                       "got {budget}")
+DDTREE_PAGE_SIZE_ERROR = ("ValueError: DDTREE requires --page-size 1 (the accepted tree path is compacted token "
+                          "by token), got {page_size}.")
+DDTREE_REJECTION_ERROR = ("ValueError: DDTREE does not support --speculative-use-rejection-sampling: the tree is "
+                          "built from the draft's top-k log-probabilities, so there is no draft distribution per "
+                          "verify node.")
+# Logged by handle_speculative_decoding for any other (resolved) algorithm: NEXTN shows as EAGLE.
+DDTREE_BUDGET_IGNORED_WARNING = ("--speculative-ddtree-budget has no effect with speculative_algorithm={algorithm} "
+                                 "(honored by DDTREE only).")
 
 # Attention backends per architecture (others are not checked).
 ATTENTION_ARCHES = {
@@ -153,6 +171,7 @@ class SourceState:
     files_with_ddtree: tuple = ()
     files_missing_ddtree: tuple = DDTREE_DFLASH_FILES
     ddtree_flag_known: bool = False
+    ddtree_budget_known: bool = False
 
     @property
     def ddtree_dflash_family(self) -> bool:
@@ -186,6 +205,8 @@ class Behaviour:
     accept_rate: Optional[float] = None
     first_request_crash: Optional[str] = None   # error line that kills the process on its first
                                                 # generation (the warm-up, unless it is skipped)
+    warnings: tuple = ()                  # server-args WARNING lines (logger of speculative_hook)
+    ddtree_budget: Optional[int] = None   # --speculative-ddtree-budget as given (None: unset)
     notes: tuple = field(default_factory=tuple)
 
     @property
@@ -295,6 +316,34 @@ def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
               'raise ValueError(f"Unknown speculative algorithm name: {name}")')],
             f"ValueError: Unknown speculative algorithm name: {name}"), algorithm=algo)
 
+    # 0004's checks: the warning in handle_speculative_decoding, _handle_ddtree inside _handle_dflash.
+    budget = _get(args, "speculative_ddtree_budget")
+    warnings = ()
+    if family == "DDTREE" and source.ddtree_budget_known:
+        page_size = _get(args, "page_size")
+        hook = "srt/arg_groups/speculative_hook.py"
+        frames = [(_src(source, "srt/server_args.py"), 277, "resolve_once", "run_resolution_pipeline(self)"),
+                  (_src(source, hook), 295, "handle_speculative_decoding", "algo.handle_server_args(server_args)"),
+                  (_src(source, "srt/speculative/spec_info.py"), 265, "handle_server_args",
+                   "_handle_dflash(server_args)"),
+                  (_src(source, hook), 342, "_handle_dflash", "_handle_ddtree(server_args)")]
+        error = None
+        if budget is not None and not 1 <= int(budget) <= DDTREE_MAX_BUDGET:
+            error = DDTREE_BUDGET_ERROR.format(max=DDTREE_MAX_BUDGET, budget=budget)
+            frames += [(_src(source, hook), 476, "_handle_ddtree", "validate_budget(budget)"),
+                       (_src(source, "srt/speculative/ddtree_tree.py"), 315, "validate_budget",
+                        "raise DDTreeError(")]
+        elif int(page_size or 1) != 1:
+            error = DDTREE_PAGE_SIZE_ERROR.format(page_size=page_size)
+            frames.append((_src(source, hook), 485, "_handle_ddtree", "raise ValueError("))
+        elif _get(args, "speculative_use_rejection_sampling", False):
+            error = DDTREE_REJECTION_ERROR
+            frames.append((_src(source, hook), 490, "_handle_ddtree", "raise ValueError("))
+        if error:
+            return _crash("args", _traceback(frames, error), algorithm=algo, family=family)
+    elif budget is not None:
+        warnings = (DDTREE_BUDGET_IGNORED_WARNING.format(algorithm=ALGORITHM_ALIASES.get(algo, algo)),)
+
     dflash_like = family in ("DFLASH", "DDTREE")
     ddtree_dflash = family == "DDTREE" and (fork_style or source.ddtree_dflash_family)
 
@@ -302,10 +351,11 @@ def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
         return _crash("spawn", _traceback(
             [(_src(source, "srt/managers/scheduler.py"), 3301, "run_scheduler_process",
               "scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, ...)")],
-            "RuntimeError: No CUDA GPUs are available"), algorithm=algo, family=family)
+            "RuntimeError: No CUDA GPUs are available"), algorithm=algo, family=family, warnings=warnings,
+            ddtree_budget=budget)
     arch = gpus[0].arch
     common = dict(algorithm=algo, family=family, arch=arch, gpu_name=gpus[0].name,
-                  gpu_count=len(gpus))
+                  gpu_count=len(gpus), warnings=warnings, ddtree_budget=budget)
 
     for which in ("attention_backend", "prefill_attention_backend", "decode_attention_backend"):
         chosen = _get(args, which)
@@ -487,4 +537,5 @@ def inspect_source(pkg_dir: Optional[Path]) -> SourceState:
         files_with_ddtree=with_ddtree,
         files_missing_ddtree=missing,
         ddtree_flag_known=_mentions(srt / DDTREE_FLAG_FILE, DDTREE_FLAG_MARKER),
+        ddtree_budget_known=_mentions(srt / DDTREE_FLAG_FILE, DDTREE_BUDGET_MARKER),
     )

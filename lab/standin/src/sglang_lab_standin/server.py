@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import signal
@@ -25,6 +26,7 @@ from . import SGLANG_VERSION, cli, logconfig, physics, textgen
 from .faults import GARBAGE_RATE, HANG_AFTER_TOKENS, SLOW_TEXT_RATE, LabConfig, load_config
 
 AUTH_EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
+SPECULATIVE_HOOK_LOGGER = "sglang.srt.arg_groups.speculative_hook"
 GENERATE_DEFAULT_MAX_NEW_TOKENS = 128
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
@@ -862,7 +864,8 @@ def main(argv: Optional[list] = None) -> int:
     signal.signal(signal.SIGINT, _on_term)
 
     source = physics.inspect_source(physics.find_sglang_dir())
-    extra = (cli.DDTREE_FORK_FLAG,) if source.ddtree_flag_known else ()
+    extra = ((cli.DDTREE_FORK_FLAG,) if source.ddtree_flag_known else ()) \
+        + ((cli.DDTREE_BUDGET_FLAG,) if source.ddtree_budget_known else ())
     args = cli.parse_args(argv, extra_flags=extra)   # SystemExit(2) like the real parser
     if args.model_path is None:
         cli.build_parser(extra).error("the following arguments are required: --model-path")
@@ -882,6 +885,8 @@ def main(argv: Optional[list] = None) -> int:
     b = physics.decide(gpus, args, source)
     if config.debug:
         log(f"[lab] physics: {b}")
+    for warning in b.warnings:  # server-args resolution, as the real speculative_hook logs them
+        logging.getLogger(SPECULATIVE_HOOK_LOGGER).warning(warning)
     s = config.startup_seconds
 
     def crash_now():

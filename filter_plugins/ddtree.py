@@ -58,9 +58,41 @@ def ddtree_patch_plan(series_text, sums_text, selected, extras, patch_dir):
         raise AnsibleFilterError("ddtree_patch_plan: %s" % exc)
 
 
+def ddtree_patch_series(series_text):
+    """The patch names of a ``series`` file, in order (the strict parser of the patch plan)."""
+    logic = _load_logic()
+    try:
+        return logic.parse_series(str(series_text))
+    except logic.PatchSetError as exc:
+        raise AnsibleFilterError("ddtree_patch_series: %s" % exc)
+
+
+def ddtree_patches_adding(plan, target, marker):
+    """Names of the patches in ``plan`` (``ddtree_patch_plan``'s entries, read from their ``src``
+    on the controller) that add a line containing ``marker`` to ``target``: which patch of the
+    set provides a field (and so a flag) that stock SGLang lacks. An unreadable file provides
+    nothing (the install's checksum step names it)."""
+    logic = _load_logic()
+    names = []
+    for entry in plan or []:
+        try:
+            with open(str(entry["src"]), "r", encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, KeyError, TypeError, UnicodeDecodeError):
+            continue
+        try:
+            if logic.patch_adds(text, str(target), str(marker)):
+                names.append(entry["name"])
+        except logic.PatchSetError as exc:
+            raise AnsibleFilterError("ddtree_patches_adding: %s: %s" % (entry.get("name"), exc))
+    return names
+
+
 class FilterModule:
     def filters(self):
         return {
             "ddtree_patchset_fingerprint": ddtree_patchset_fingerprint,
             "ddtree_patch_plan": ddtree_patch_plan,
+            "ddtree_patch_series": ddtree_patch_series,
+            "ddtree_patches_adding": ddtree_patches_adding,
         }

@@ -4,7 +4,10 @@ One function, `sglang_argv(cfg)`, turns the operator's `sglang_*` settings (coll
 sglang role into one dict) into the argument list of
 `python -m sglang.launch_server`. Only current 0.5.23 spellings are emitted
 (`--cuda-graph-backend-decode`, `--cuda-graph-max-bs-decode`, ...): every flag here parses with
-the real 0.5.23 parser (tests/unit/test_flags.py checks that against the real flag list).
+the real 0.5.23 parser (tests/unit/flags/test_flags.py checks that against the real flag list),
+except two that only a patched or forked source defines, each rendered only for DDTREE:
+`--speculative-ddtree-budget` (patch 0004, or a fork) and `--speculative-dflash-enable-ddtree`
+(`flag` style, a fork). The sglang role refuses either before a source that lacks it is used.
 
 Also `config_fingerprint(text)`, the short identity of a rendered service configuration used for
 quarantine records and the known-good record.
@@ -21,6 +24,14 @@ DDTREE_STYLES = ("algorithm", "flag")
 # The flag that DDTree forks which keep `--speculative-algorithm DFLASH` use to switch tree
 # verification on. It is not part of upstream 0.5.23: only valid with such a fork.
 DDTREE_FORK_FLAG = "--speculative-dflash-enable-ddtree"
+# The DDTree node budget (draft nodes per tree, root excluded; the verify width is budget + 1).
+# Not part of stock 0.5.23: patch 0004 adds the field `speculative_ddtree_budget` to
+# sglang/srt/arg_groups/fields/spec.py (sglang derives the flag from the field name). 0 (the
+# role default) leaves it out of the command line, so the server's own default (32) applies.
+DDTREE_BUDGET_FLAG = "--speculative-ddtree-budget"
+DDTREE_BUDGET_FIELD = "speculative_ddtree_budget"
+DDTREE_BUDGET_FILE = "sglang/srt/arg_groups/fields/spec.py"
+DDTREE_MAX_BUDGET = 1023
 API_KEY_ENV = "SGLANG_API_KEY"
 
 
@@ -46,8 +57,8 @@ def sglang_argv(cfg: dict) -> list[str]:
     Keys: model_path, algorithm, draft_path, ddtree_style, host, port, tp_size,
     mem_fraction_static, cuda_graph_backend {decode, prefill}, cuda_graph_max_bs,
     attention_backend, draft_attention_backend, speculative {num_steps, eagle_topk,
-    num_draft_tokens}, served_model_name, context_length, max_running_requests, enable_metrics,
-    trust_remote_code, api_key_set, extra_args.
+    num_draft_tokens}, ddtree_budget (0: not passed), served_model_name, context_length,
+    max_running_requests, enable_metrics, trust_remote_code, api_key_set, extra_args.
     """
     algo = str(cfg.get("algorithm", "")).upper()
     if algo not in ALGORITHMS:
@@ -102,6 +113,11 @@ def sglang_argv(cfg: dict) -> list[str]:
                 argv += [flag, str(int(spec[key]))]
     if algo == "DDTREE" and style == "flag":
         argv.append(DDTREE_FORK_FLAG)
+    budget = ddtree_budget(cfg.get("ddtree_budget"))
+    if algo == "DDTREE" and budget:
+        # Both styles: the declared algorithm is DDTREE; with `flag` the fork must define the
+        # same flag (the sglang role checks its installed source). Other algorithms never get it.
+        argv += [DDTREE_BUDGET_FLAG, str(budget)]
     if cfg.get("enable_metrics"):
         argv.append("--enable-metrics")
     if cfg.get("trust_remote_code"):
@@ -111,6 +127,18 @@ def sglang_argv(cfg: dict) -> list[str]:
         # systemd expands ${VAR} from the 0600 EnvironmentFile: the key never sits in the unit.
         argv += ["--api-key", "${%s}" % API_KEY_ENV]
     return argv
+
+
+def ddtree_budget(value) -> int:
+    """The node budget as an int: 0 (or unset) means "not passed", else 1..DDTREE_MAX_BUDGET."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())):
+        raise FlagError(f"ddtree_budget must be an integer, got {value!r}")
+    budget = int(value)
+    if not 0 <= budget <= DDTREE_MAX_BUDGET:
+        raise FlagError(f"ddtree_budget must be 0 (not passed) or from 1 to {DDTREE_MAX_BUDGET}, got {budget}")
+    return budget
 
 
 def systemd_quote(arg: str) -> str:

@@ -49,6 +49,7 @@ __all__ = [
     "patchset_fingerprint",
     "patchset_fingerprint_full",
     "patch_targets",
+    "patch_adds",
     "load_patches",
     "find_patch_executable",
     "check_gnu_patch",
@@ -309,6 +310,23 @@ def patch_targets(text, strip=_STRIP):
             if target and target not in files:
                 files.append(target)
     return files
+
+
+def patch_adds(text, target, marker, strip=_STRIP):
+    """True when the unified diff ``text`` adds a line containing ``marker`` to the file
+    ``target`` (a path after -p1, like sglang/srt/arg_groups/fields/spec.py).
+
+    Used to tell, before anything is installed, whether a patch set provides a flag that stock
+    SGLang lacks (sglang derives its flags from the dataclass fields of arg_groups/fields/*.py).
+    """
+    current = None
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("+++ ") and index > 0 and lines[index - 1].startswith("--- "):
+            current = _strip_path(line[4:], strip) or _strip_path(lines[index - 1][4:], strip)
+        elif current == target and line.startswith("+") and not line.startswith("+++ ") and marker in line:
+            return True
+    return False
 
 
 def load_patches(paths, checksums):

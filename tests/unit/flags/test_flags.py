@@ -46,6 +46,7 @@ def flag_input(v: dict) -> dict:
         "draft_attention_backend": v["sglang_draft_attention_backend"],
         "cuda_graph_backend": v["sglang_cuda_graph_backend"], "cuda_graph_max_bs": v["sglang_cuda_graph_max_bs"],
         "speculative": (v.get("sglang_speculative_params") or {}).get(algo, {}),
+        "ddtree_budget": v.get("sglang_ddtree_budget", 0),
         "served_model_name": v["sglang_served_model_name"], "context_length": v["sglang_context_length"],
         "max_running_requests": v["sglang_max_running_requests"], "enable_metrics": v["sglang_enable_metrics"],
         "trust_remote_code": v["sglang_trust_remote_code"], "extra_args": v["sglang_extra_args"],

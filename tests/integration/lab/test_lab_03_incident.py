@@ -13,6 +13,7 @@ import re
 
 import labkit
 import pytest
+import yaml
 
 HOST = "ct129"
 
@@ -75,6 +76,8 @@ def test_evidence_shows_the_bang_bursts(evidence):
     diff = (evidence / "unit.diff").read_text()
     assert re.search(r"^-ExecStart=.*--speculative-algorithm NEXTN ", diff, re.M), diff
     assert re.search(r"^\+ExecStart=.*--speculative-algorithm DDTREE ", diff, re.M), diff
+    # sm86's sglang_ddtree_budget (group_vars/sm86.yml), accepted by the patched source (0004).
+    assert re.search(r"^\+ExecStart=.*--speculative-ddtree-budget 16 ", diff, re.M), diff
 
 
 def test_known_good_restored_byte_for_byte(incident):
@@ -107,9 +110,9 @@ def test_configuration_is_quarantined_and_its_venv_kept(incident, evidence):
     venv = _json(evidence / "flags.json")["venv"]
     assert re.fullmatch(r"/opt/sglang/venvs/0\.5\.23-[0-9a-f]{12}", venv), venv
     stamp = labkit.read_json(HOST, f"{venv}/.ddtree-venv.json")
-    assert [p["name"] for p in stamp["patches"]] == [
-        "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch",
-        "0003-ddtree-tree.patch"], stamp
+    defaults = yaml.safe_load((labkit.REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+    assert [p["name"] for p in stamp["patches"]] == defaults["sglang_patches"], stamp
+    assert "0004-ddtree-worker.patch" in defaults["sglang_patches"]
     labkit.ssh(HOST, f"test -x {venv}/bin/python && {venv}/bin/python -c 'import sglang_lab_standin'")
 
 

@@ -18,9 +18,14 @@ import pytest
 HOST = "ct129"
 PATCH_1 = "0001-ddtree-register-algorithm.patch"
 
+# The unpatched and half-patched sources do not define --speculative-ddtree-budget: the sglang
+# role would refuse sm86's budget up front for them, so these replays leave it out (as the
+# incident's units did) to reach the server's own failure.
 CASES = {
-    "unpatched": (["-e", '{"sglang_patches": []}'], "Unknown speculative algorithm name: DDTREE", True),
-    "half_patched": (["-e", json.dumps({"sglang_patches": [PATCH_1]})], "feature dim mismatch", True),
+    "unpatched": (["-e", '{"sglang_patches": [], "sglang_ddtree_budget": 0}'],
+                  "Unknown speculative algorithm name: DDTREE", True),
+    "half_patched": (["-e", json.dumps({"sglang_patches": [PATCH_1], "sglang_ddtree_budget": 0})],
+                     "feature dim mismatch", True),
     "mem_fraction_0.95": (["-e", "sglang_mem_fraction_static=0.95"], "CUDA out of memory", False),
 }
 

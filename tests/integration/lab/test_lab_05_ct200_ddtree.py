@@ -3,6 +3,8 @@ deploy is a no-op; then the lab is reseeded back to the known-good NEXTN."""
 
 from __future__ import annotations
 
+import subprocess
+
 import labkit
 import pytest
 
@@ -33,6 +35,8 @@ def test_ddtree_passes_the_gate_and_is_promoted(promoted):
     assert (kg["meta"]["unit_sha256"], kg["meta"]["env_sha256"]) == (kg["unit_sha256"], kg["env_sha256"])
     unit = labkit.read_text(HOST, labkit.UNIT)
     assert "--speculative-algorithm DDTREE " in unit and "--speculative-draft-model-path " in unit, unit
+    # sm120's sglang_ddtree_budget (group_vars/sm120.yml), rendered for DDTREE only
+    assert "--speculative-ddtree-budget 32 " in unit, unit
     assert not labkit.quarantine_files(HOST)
     labkit.record_timing("ct200 DDTREE promoted", play_wall=float(run.seconds),
                          detection=float(kg["meta"]["gate"].get("detection_seconds") or 0.0))
@@ -47,6 +51,19 @@ def test_promoted_ddtree_serves_correctly(promoted):
     assert "!!!!" not in str([p.get("output") for p in report["prompts"]])
     # DDTREE's acceptance on a working arch (docs/lab-physics.md: 5.2 vs NEXTN's 3.1).
     assert any((p.get("spec_accept_length") or 0) > 4 for p in report["prompts"]), report["prompts"]
+
+
+def test_promoted_server_took_the_node_budget(promoted):
+    """The venv's source defines the budget field (patch 0004), so the server parsed the flag (without
+    the field it would have exited 2) and reports the value it runs with."""
+    venv = labkit.known_good(HOST)["meta"]["venv"]
+    labkit.ssh(HOST, f"grep -q speculative_ddtree_budget {venv}/lib/python3*/site-packages/sglang/srt/arg_groups/fields/spec.py")
+    code = ("import json, urllib.request; print(json.load(urllib.request.urlopen("
+            f"'{labkit.SERVICE_URL}/server_info', timeout=10))['speculative_ddtree_budget'])")
+    res = subprocess.run(["ip", "netns", "exec", labkit.netns(HOST), str(labkit.VENV_BIN / "python"), "-c", code],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "32", (res.stdout, res.stderr)
+    assert "has no effect" not in labkit.ssh(HOST, "journalctl -u sglang.service -b --no-pager -q").stdout
 
 
 def test_second_deploy_changes_nothing(promoted):

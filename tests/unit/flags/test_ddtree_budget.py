@@ -79,6 +79,36 @@ def test_role_default_leaves_the_flag_out():
     assert spec["sglang_ddtree_budget"]["type"] == "int"
 
 
+# ---------------------------------------------------------------- the per-architecture values
+
+ARCH_FILES = ["all", "sm86", "sm120", "sm90", "sm100"]
+
+
+@pytest.mark.parametrize("name", ARCH_FILES)
+def test_each_group_vars_file_sets_a_budget_said_to_be_unmeasured(name):
+    path = REPO / "group_vars" / f"{name}.yml"
+    value = load(path)["sglang_ddtree_budget"]
+    assert isinstance(value, int) and 1 <= value <= ddtree_flags.DDTREE_MAX_BUDGET
+    assert budget_problems(value) == []
+    text = path.read_text().lower()
+    assert "starting point" in text and "not measured" in text, f"{path}: say the value is a starting point"
+
+
+def test_the_default_patch_set_provides_the_flag_the_group_vars_ask_for():
+    f = patch_filters()
+    defaults = load(REPO / "roles" / "sglang" / "defaults" / "main.yml")
+    plan = f["ddtree_patch_plan"]((PATCH_DIR / "series").read_text(), (PATCH_DIR / "SHA256SUMS").read_text(),
+                                  defaults["sglang_patches"], [], str(PATCH_DIR))
+    assert f["ddtree_patches_adding"](plan, ddtree_flags.DDTREE_BUDGET_FILE, ddtree_flags.DDTREE_BUDGET_FIELD)
+
+
+@pytest.mark.parametrize("arch,budget", [("sm86", 16), ("sm120", 32), ("sm90", 48), ("sm100", 64)])
+def test_each_architecture_renders_its_own_budget(arch, budget):
+    argv = argv_for(arch, sglang_speculative_algorithm="DDTREE")
+    assert argv[argv.index(ddtree_flags.DDTREE_BUDGET_FLAG) + 1] == str(budget)
+    assert ddtree_flags.DDTREE_BUDGET_FLAG not in argv_for(arch, sglang_speculative_algorithm="NEXTN")
+
+
 # ---------------------------------------------------------------- rendering
 
 def argv_for(arch="sm120", **overrides):

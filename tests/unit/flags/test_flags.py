@@ -70,7 +70,13 @@ def test_flag_input_mirror_matches_the_role_vars():
 def test_rendered_flags_parse_with_real_sglang(host, arch, algorithm):
     v = declared(arch, sglang_speculative_algorithm=algorithm)
     argv = ddtree_flags.sglang_argv(flag_input(v))
-    ns = cli.parse_args(argv)  # SystemExit(2) on anything real 0.5.23 rejects
+    # SystemExit(2) on anything real 0.5.23 rejects; DDTREE's node budget is patch 0004's flag
+    # (the default patch set's), every other algorithm parses with stock 0.5.23.
+    ns = cli.parse_args(argv, extra_flags=[cli.DDTREE_BUDGET_FLAG] if algorithm == "DDTREE" else [])
+    if algorithm == "DDTREE":
+        assert ns.speculative_ddtree_budget == v["sglang_ddtree_budget"] > 0
+    else:
+        assert ddtree_flags.DDTREE_BUDGET_FLAG not in argv
     assert ns.speculative_algorithm == algorithm
     assert float(ns.mem_fraction_static) == v["sglang_mem_fraction_static"]
     assert int(ns.tp_size) == v["sglang_tp_size"]
@@ -94,12 +100,12 @@ def test_per_architecture_values_from_the_incident():
 def test_decode_graphs_disabled_drops_max_bs():
     v = declared("sm86", sglang_cuda_graph_backend={"decode": "disabled", "prefill": "disabled"})
     argv = ddtree_flags.sglang_argv(flag_input(v))
-    ns = cli.parse_args(argv)
+    ns = cli.parse_args(argv, extra_flags=[cli.DDTREE_BUDGET_FLAG])
     assert ns.cuda_graph_backend_decode == "disabled" and "--cuda-graph-max-bs-decode" not in argv
 
 
 def test_fork_style_emits_dflash_plus_fork_flag_which_upstream_rejects():
-    v = declared("sm120", sglang_ddtree_style="flag")
+    v = declared("sm120", sglang_ddtree_style="flag", sglang_ddtree_budget=0)
     argv = ddtree_flags.sglang_argv(flag_input(v))
     assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
     assert ddtree_flags.DDTREE_FORK_FLAG in argv

@@ -372,3 +372,25 @@ def test_verify_width_never_equals_the_block(site):
     sizing = (site / "sglang/srt/mem_cache/allocation_sizing.py").read_text(encoding="utf-8")
     assert "int(spec.speculative_ddtree_budget) + 2" in sizing
     assert max(width(b, k) - b for b in range(1, 80) for k in range(2, 40)) == 2
+
+
+def test_tree_mask_backends_are_real_classes_and_the_role_refuses_the_others(site):
+    """The worker's backend names exist in 0.5.23, read the verify input's mask in an eager
+    target verify, and are the ones the sglang role lets DDTREE use (one list, two places)."""
+    import yaml
+
+    tree = _tree(site, WORKER)
+    assign = [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "TREE_MASK_BACKENDS"]
+    backends = ast.literal_eval(assign[0].value)
+    # where each one's eager TARGET_VERIFY takes the mask from the verify input
+    files = {
+        "FlashInferAttnBackend": ("flashinfer_backend.py", 'getattr(spec_info, "custom_mask", None) is not None'),
+        "TritonAttnBackend": ("triton_backend.py", "custom_mask = spec_info.custom_mask"),
+    }
+    assert set(backends) == set(files)
+    for cls, (name, reads_mask) in files.items():
+        source = (site / "sglang/srt/layers/attention" / name).read_text(encoding="utf-8")
+        assert "class %s(" % cls in source
+        assert reads_mask in source, (cls, reads_mask)
+    role_vars = yaml.safe_load((REPO / "roles/sglang/vars/main.yml").read_text())
+    assert role_vars["sglang_config_ddtree_tree_backends"] == list(backends.values())

@@ -247,6 +247,12 @@ def role_run(tmp_path_factory):
         "nextn": {"sglang_ddtree_budget": 24, "sglang_patches": [], "sglang_speculative_algorithm": "NEXTN"},
         "git_source": {"sglang_ddtree_budget": 24, "sglang_patches": BUILTINS_0003,
                        "sglang_source": {"type": "git", "repo": "https://example.invalid/sglang.git", "version": "v1"}},
+        # the worker's tree verify: flashinfer or triton (the default patch set has the worker)
+        "fa3_worker": {"sglang_ddtree_budget": 24, "sglang_attention_backend": "fa3"},
+        "trtllm_worker": {"sglang_ddtree_budget": 0, "sglang_attention_backend": "trtllm_mha"},
+        "flashinfer_worker": {"sglang_ddtree_budget": 24, "sglang_attention_backend": "flashinfer"},
+        "fa3_no_worker": {"sglang_ddtree_budget": 0, "sglang_patches": BUILTINS_0003, "sglang_attention_backend": "fa3"},
+        "fa3_nextn": {"sglang_speculative_algorithm": "NEXTN", "sglang_attention_backend": "fa3"},
     }
     hosts = {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **v}
              for name, v in cases.items()}
@@ -300,6 +306,29 @@ def test_role_does_not_refuse_what_it_does_not_render(role_run):
         status, argv = role_run[case]
         assert status == "ok", (case, argv)
         assert "--speculative-ddtree-budget" not in argv
+
+
+def test_role_refuses_ddtree_with_a_backend_the_worker_cannot_verify_a_tree_with(role_run):
+    for case, backend in (("fa3_worker", "fa3"), ("trtllm_worker", "trtllm_mha")):
+        status, msg = role_run[case]
+        assert status == "failed", (case, msg)
+        assert f"{case}: sglang_attention_backend={backend} with sglang_speculative_algorithm=DDTREE" in msg
+        assert "the DDTree worker (0004-ddtree-worker.patch) verifies its tree with flashinfer or triton only" in msg
+        assert msg.endswith("expected sglang_attention_backend flashinfer or triton for this host's group.")
+
+
+def test_the_backend_rule_follows_the_worker_patch_and_the_algorithm(role_run):
+    for case, backend in (("flashinfer_worker", "flashinfer"), ("fa3_no_worker", "fa3"), ("fa3_nextn", "fa3")):
+        status, argv = role_run[case]
+        assert status == "ok", (case, argv)
+        assert argv[argv.index("--attention-backend") + 1] == backend
+
+
+@pytest.mark.parametrize("name", ["sm86", "sm90", "sm100", "sm120"])
+def test_every_group_declares_a_backend_ddtree_can_run_on(name):
+    group = yaml.safe_load((REPO / "group_vars" / f"{name}.yml").read_text())
+    tree_backends = yaml.safe_load((REPO / "roles/sglang/vars/main.yml").read_text())["sglang_config_ddtree_tree_backends"]
+    assert group["sglang_attention_backend"] in tree_backends == ["flashinfer", "triton"]
 
 
 # ---------------------------------------------------------------- a git source's installed tree

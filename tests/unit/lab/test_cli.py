@@ -96,13 +96,6 @@ def test_fork_flag_only_when_source_has_it():
     assert a.speculative_dflash_enable_ddtree is True
 
 
-def test_redacted_hides_secrets_for_server_info():
-    a = cli.parse_args(["--model-path", "x", "--api-key", "s3cr3t", "--admin-api-key", "adm1n"])
-    out = cli.redacted(a)
-    assert out["model_path"] == "x" and out["api_key"] == "***" and out["admin_api_key"] == "***"
-    assert cli.redacted(cli.parse_args(["--model-path", "x"]))["api_key"] is None
-
-
 def test_budget_flag_only_when_source_defines_the_field(capsys):
     """--speculative-ddtree-budget exists only in a source that defines speculative_ddtree_budget
     (patch 0004): without it the parser refuses it like any unknown flag (exit 2)."""

@@ -53,6 +53,15 @@ def test_server_args_for_logging_keeps_keys_and_redacts_only_watermark_secrets()
     assert logconfig.server_args_for_logging(cli.parse_args(["--model-path", "x"]))["watermark_config"] == "<redacted>"
 
 
+def test_launch_command_keeps_keys_and_redacts_only_the_watermark_config():
+    argv = ["--model-path", "x", "--api-key", KEY, "--watermark-config", '{"key": "wm"}', "--port", "30000"]
+    assert logconfig.launch_command(argv, '{"key": "wm"}') == (
+        f"--model-path x --api-key {KEY} --watermark-config <redacted> --port 30000")
+    assert logconfig.launch_command(["--watermark-config={\"k\": 1}", "--api-key", KEY], '{"k": 1}') == (
+        f"--watermark-config=<redacted> --api-key {KEY}")
+    assert logconfig.launch_command([]) == ""
+
+
 def test_default_set_up_is_basic_config_at_log_level_with_the_key_in_clear():
     res = run_logging(["--api-key", KEY], extra="logging.getLogger('httpx').info('hidden')\n"
                                                  "logging.getLogger('other').info('shown')\n")

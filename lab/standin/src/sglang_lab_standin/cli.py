@@ -62,7 +62,6 @@ EXTRA_FLAGS: dict[str, dict[str, Any]] = {
     DDTREE_BUDGET_FLAG: {"type": int, "default": None},
 }
 
-SECRET_DESTS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 
 
 def load_actions() -> dict:
@@ -209,16 +208,3 @@ def build_parser(extra_flags: Iterable[str] = ()) -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> argparse.Namespace:
     """Parse a launch_server argument list; SystemExit(2) on anything the real parser rejects."""
     return build_parser(extra_flags).parse_args(list(argv))
-
-
-def redacted(args: argparse.Namespace) -> dict:
-    """The args as a dict with secrets replaced by '***' (None stays None), for /server_info.
-
-    The start-up log line is another matter: like the real server it logs the API keys in clear
-    (logconfig.server_args_for_logging).
-    """
-    out = dict(vars(args))
-    for dest in SECRET_DESTS:
-        if out.get(dest) is not None:
-            out[dest] = "***"
-    return out

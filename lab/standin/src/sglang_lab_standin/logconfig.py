@@ -86,6 +86,28 @@ def redact_watermark_secrets(value: Any) -> Any:
     return value
 
 
+def launch_command(argv, watermark_config=None) -> str:
+    """ServerArgs.launch_command: the arguments as given, joined by spaces, with only the
+    watermark config redacted (redact_watermark_command_line): ``--api-key KEY`` stays in clear."""
+    out, redact_next = [], False
+    for argument in argv:
+        if redact_next:
+            out.append(REDACTED)
+            redact_next = False
+        elif watermark_config is not None and argument == watermark_config:
+            out.append(REDACTED)
+        elif watermark_config is not None and "=" in argument and argument.split("=", 1)[1] == watermark_config:
+            out.append(f"{argument.split('=', 1)[0]}={REDACTED}")
+        elif argument == "--watermark-config":
+            out.append(argument)
+            redact_next = True
+        elif argument.startswith("--watermark-config="):
+            out.append(f"--watermark-config={REDACTED}")
+        else:
+            out.append(argument)
+    return " ".join(out)
+
+
 def server_args_for_logging(args: argparse.Namespace) -> dict:
     """What engine.py's ``_server_args_for_logging`` returns: every argument, watermark secrets
     redacted, everything else (the API keys too) as it is."""

@@ -118,8 +118,9 @@ def generation_crash_lines(b: physics.Behaviour) -> tuple:
 class LabEngine:
     """Shared state: readiness, admission control, pacing, counters."""
 
-    def __init__(self, args, behaviour: physics.Behaviour, config: LabConfig):
+    def __init__(self, args, behaviour: physics.Behaviour, config: LabConfig, launch_command: str = ""):
         self.args = args
+        self.launch_command = launch_command
         self.b = behaviour
         self.config = config
         self.fault = config.fault
@@ -450,8 +451,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(200, self.model_info())
 
     def h_server_info(self):
+        # As sglang 0.5.23's /server_info: every argument with only the watermark secrets
+        # redacted, so whoever holds the API key reads it back in clear, in api_key and in
+        # launch_command (the product keeps an allow-list of fields from this answer).
         e = self.engine
-        info = cli.redacted(e.args)
+        info = logconfig.server_args_for_logging(e.args)
+        info["launch_command"] = e.launch_command
         info["max_running_requests"] = e.b.max_running_requests
         info["mem_fraction_static"] = e.b.mem_fraction_static
         info["cuda_graph_max_bs_decode"] = e.b.cuda_graph_max_bs_decode
@@ -931,7 +936,7 @@ def main(argv: Optional[list] = None) -> int:
         f"max_running_requests={b.max_running_requests}, context_len={args.context_length or physics.MODEL['context_length']}, "
         f"available_gpu_mem={_gib(avail - b.graph_mem_gib)} GB", tp=True)
 
-    engine = LabEngine(args, b, config)
+    engine = LabEngine(args, b, config, logconfig.launch_command(argv, getattr(args, "watermark_config", None)))
     try:
         server = make_server(engine, args.host, args.port)
     except OSError as exc:

@@ -649,16 +649,42 @@ def read_stamp(site, relpath=STAMP_RELPATH):
     return data if isinstance(data, dict) else None
 
 
-def make_stamp(entries, applied_at=None):
+def make_stamp(entries, applied_at=None, files=None):
+    """The stamp record; ``files`` maps each touched file to its sha256 once the set is applied
+    and verified (what stamp_holds compares a later run with)."""
     pairs = normalize_entries(entries)
     if applied_at is None:
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
         applied_at = now.isoformat().replace("+00:00", "Z")
-    return {
+    stamp = {
         "fingerprint": patchset_fingerprint(pairs),
         "patches": [{"name": n, "sha256": s} for n, s in pairs],
         "applied_at": applied_at,
     }
+    if files is not None:
+        stamp["files"] = dict(files)
+    return stamp
+
+
+def file_digests(site, files):
+    """{relative path: sha256} of the files under ``site`` (None for a missing one)."""
+    out = {}
+    for rel in files:
+        path = os.path.join(site, rel)
+        out[rel] = sha256_file(path) if os.path.isfile(path) else None
+    return out
+
+
+def stamp_holds(stamp, entries, site, files):
+    """The stamp records this patch set and every touched file is byte for byte what it was when
+    the set was applied and verified: nothing to plan, apply or verify again (no GNU patch run).
+    A stamp without file digests (written before they were recorded) never holds."""
+    if not stamp_matches(stamp, entries):
+        return False
+    recorded = stamp.get("files")
+    if not isinstance(recorded, dict) or sorted(recorded) != sorted(files):
+        return False
+    return file_digests(site, files) == recorded
 
 
 def stamp_matches(stamp, entries):
@@ -744,10 +770,26 @@ def ensure_patchset(
             % (stamp_path(site, stamp_relpath), ", ".join(foreign), existing.get("fingerprint"), fingerprint)
         )
 
-    patch_bin = find_patch_executable(patch_bin)
     all_files = []
     for patch in patches:
         all_files.extend(f for f in patch.files if f not in all_files)
+    if patches and stamp_holds(existing, entries, site, all_files):
+        # Applied and verified before, and untouched since: a no-op read (the fleet's state read
+        # runs this on every host of every drift run) costs hashing, not a GNU patch replay.
+        problems = verify_tree(site, [], expect)
+        if problems:
+            raise VerificationError("the patched tree fails verification: " + "; ".join(problems), problems=problems)
+        return {
+            "changed": False,
+            "fingerprint": fingerprint,
+            "applied": [],
+            "already_applied": [p.name for p in patches],
+            "files": [],
+            "stamp_path": stamp_path(site, stamp_relpath),
+            "stamp": existing,
+            "patches": [],
+        }
+    patch_bin = find_patch_executable(patch_bin)
 
     result = {
         "changed": False,
@@ -798,6 +840,7 @@ def ensure_patchset(
             problems=problems,
             rolled_back=rolled,
         )
+    stamp["files"] = file_digests(site, all_files)
     try:
         write_stamp(site, stamp, stamp_relpath)
     except OSError as exc:

@@ -229,3 +229,51 @@ def test_gnu_patch_detected(logic):
     assert logic.check_gnu_patch("patch").startswith("GNU patch")
     with pytest.raises(logic.PatchSetError):
         logic.check_gnu_patch("/bin/true")
+
+
+# ---- the no-op read: a stamp with the touched files' digests needs no GNU patch --------------
+
+
+def test_stamp_records_the_touched_files_digests(logic, tree):
+    result = ensure(logic, tree)
+    files = result["stamp"]["files"]
+    assert files == {"sglang/srt/algo.py": sha256(tree.algo), "sglang/srt/utils.py": sha256(tree.utils)}
+    stamp = json.loads((tree.site / "sglang" / ".ddtree-patchset.json").read_text())
+    assert stamp["files"] == files
+
+
+def test_untouched_applied_set_is_read_without_gnu_patch(logic, tree):
+    ensure(logic, tree)
+    before = tree.snapshot()
+    for check_mode in (True, False):
+        result = ensure(logic, tree, check_mode=check_mode, patch_bin="/nonexistent/patch")
+        assert result["changed"] is False and result["applied"] == [] and result["files"] == []
+        assert result["already_applied"] == ["0001-register.patch", "0002-family.patch"]
+    assert tree.snapshot() == before
+    with pytest.raises(logic.PatchSetError, match="marker"):  # expectations are still checked
+        ensure(logic, tree, expect={"sglang/srt/algo.py": ["marker that is not there"]}, patch_bin="/nonexistent/patch")
+
+
+def test_a_hand_edited_patched_file_is_judged_by_gnu_patch_again(logic, tree):
+    ensure(logic, tree)
+    tree.algo.write_text(tree.algo.read_text() + "# edited by hand\n")
+    assert logic.stamp_holds(logic.read_stamp(str(tree.site)), [p.entry() for p in logic.load_patches(
+        [str(tree.p1), str(tree.p2)], tree.checksums(tree.patches))], str(tree.site),
+        ["sglang/srt/algo.py", "sglang/srt/utils.py"]) is False
+    with pytest.raises(FileNotFoundError):  # the fast path declined: the full plan needs GNU patch
+        ensure(logic, tree, check_mode=True, patch_bin="/nonexistent/patch")
+    result = ensure(logic, tree, check_mode=True)  # an appended comment: patch still finds the set applied
+    assert result["already_applied"] == ["0001-register.patch", "0002-family.patch"]
+
+
+def test_a_stamp_without_digests_takes_the_full_plan(logic, tree):
+    ensure(logic, tree)
+    path = tree.site / "sglang" / ".ddtree-patchset.json"
+    old = json.loads(path.read_text())
+    del old["files"]
+    path.write_text(json.dumps(old))
+    result = ensure(logic, tree, check_mode=True)
+    assert result["changed"] is False
+    assert result["already_applied"] == ["0001-register.patch", "0002-family.patch"]
+    with pytest.raises(FileNotFoundError):
+        ensure(logic, tree, check_mode=True, patch_bin="/nonexistent/patch")

@@ -82,8 +82,9 @@ options:
     default: []
   gpu:
     description:
-      - Also read the GPUs with nvidia-smi (the queries of M(ansible.legacy.gpu_facts)), so that C(in_sync) can tell
-        whether they are still those the known-good configuration was proven on.
+      - Also read the GPUs with nvidia-smi (the C(--query-gpu) query of M(ansible.legacy.gpu_facts); not C(-L), as
+        the UUIDs are not compared), so that C(in_sync) can tell whether they are still those the known-good
+        configuration was proven on.
       - A GPU read that fails is not an error here; it is returned in C(gpu_error) and the host is
         not in sync (preflight then fails with M(ansible.legacy.gpu_facts)' own message).
     type: bool
@@ -186,7 +187,7 @@ weights:
   type: list
   elements: dict
 gpu:
-  description: The GPU summary (as M(ansible.legacy.gpu_facts) returns in C(ansible_facts.gpu)), or null when not read.
+  description: The GPU summary (as M(ansible.legacy.gpu_facts) returns in C(ansible_facts.gpu), without UUIDs), or null when not read.
   returned: always
   type: dict
 gpu_error:

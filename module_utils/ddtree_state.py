@@ -15,10 +15,10 @@ import shutil
 import subprocess
 
 try:
-    from ansible.module_utils.ddtree_gpu import LIST_ARGS, QUERY_ARGS, gpu_facts_from_outputs
+    from ansible.module_utils.ddtree_gpu import QUERY_ARGS, gpu_facts_from_outputs
     from ansible.module_utils.ddtree_patch import PatchSetError, ensure_patchset
 except ImportError:
-    from ddtree_gpu import LIST_ARGS, QUERY_ARGS, gpu_facts_from_outputs
+    from ddtree_gpu import QUERY_ARGS, gpu_facts_from_outputs
     from ddtree_patch import PatchSetError, ensure_patchset
 
 KG_FILES = ("meta.json", "unit", "env")
@@ -222,22 +222,21 @@ def check_patchset(site_packages, patches, checksums):
 
 
 def read_gpu(nvidia_smi, runner=subprocess.run):
-    """(GPU summary as gpu_facts returns it, None) or (None, why it could not be read): never raises."""
+    """(GPU summary as gpu_facts returns it, without UUIDs, None) or (None, why it could not be
+    read): never raises. One query, not gpu_facts' two: the in-sync test compares GPU_KEYS only,
+    and nvidia-smi -L would only add the UUIDs (one process less on every host of every run)."""
     binary = nvidia_smi or shutil.which("nvidia-smi")
     if not binary:
         return None, "nvidia-smi not found on PATH"
-    outputs = []
-    for args in (QUERY_ARGS, LIST_ARGS):
-        try:
-            proc = runner([binary] + list(args), capture_output=True, text=True, timeout=60, check=False,
-                          env=dict(os.environ, LC_ALL="C"))
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return None, "%s: %s" % (binary, exc)
-        if proc.returncode != 0:
-            return None, "%s %s exited %d" % (binary, " ".join(args), proc.returncode)
-        outputs.append(proc.stdout)
     try:
-        return gpu_facts_from_outputs(outputs[0], outputs[1]), None
+        proc = runner([binary] + list(QUERY_ARGS), capture_output=True, text=True, timeout=60, check=False,
+                      env=dict(os.environ, LC_ALL="C"))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, "%s: %s" % (binary, exc)
+    if proc.returncode != 0:
+        return None, "%s %s exited %d" % (binary, " ".join(QUERY_ARGS), proc.returncode)
+    try:
+        return gpu_facts_from_outputs(proc.stdout, None), None
     except ValueError as exc:
         return None, "nvidia-smi: %s" % exc
 

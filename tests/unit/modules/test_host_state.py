@@ -131,9 +131,11 @@ def test_in_sync_host_has_no_difference(host):
     assert state["venv"]["python_version"] == "3.11"
     assert state["in_sync"] is True and state["gpu"]["arch"] == "sm86" and state["gpu_error"] is None
     assert state["lock"] == {"held": False, "owner": None}
-    # systemd asked twice and nvidia-smi twice, nothing else run (the venv's lib/ names its Python)
+    # systemd asked twice and nvidia-smi once (no -L: the UUIDs are not compared), nothing else
+    # run (the venv's lib/ names its Python; the patch stamp's digests hold, so no GNU patch)
     assert [c[:2] for c in host.calls] == [["systemctl", "is-active"], ["systemctl", "is-enabled"],
-                                          ["/usr/bin/nvidia-smi", st.QUERY_ARGS[0]], ["/usr/bin/nvidia-smi", "-L"]]
+                                          ["/usr/bin/nvidia-smi", st.QUERY_ARGS[0]]]
+    assert state["gpu"]["uuids"] == [] and state["gpu"]["count"] == 2
 
 
 def test_every_kind_of_difference_is_worded_for_the_report(host):

@@ -206,29 +206,58 @@ def test_in_the_builtin_series_only_the_worker_patch_adds_the_field():
 
 # ---------------------------------------------------------------- the role's up-front refusal
 
-PLAYBOOK = """
-- name: Enter the sglang role's fact-free checks
+def recording_playbook(name: str, enter: str, on_success: str) -> str:
+    """A play that enters the sglang role (``enter``: the import_role task's options) on every
+    host and writes ``out_dir/<host>.json``: ``on_success`` (a Jinja dict literal) or, when the
+    role fails, ``{'status': 'failed', 'msg': ...}``."""
+    return f"""
+- name: {name}
   hosts: all
   gather_facts: false
   tasks:
-    - name: Check the declared settings and record the command line or the failure
+    - name: Enter the role and record the outcome
       block:
-        - name: Check the declared settings
+        - name: Enter the sglang role
           ansible.builtin.import_role:
-            name: sglang
-            rolespec_validate: false
-        - name: Record the command line
+{enter}
+        - name: Record success
           ansible.builtin.copy:
-            content: "{{ {'status': 'ok', 'argv': sglang_config_argv} | to_json }}"
-            dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
+            content: "{{{{ {on_success} | to_json }}}}"
+            dest: "{{{{ out_dir }}}}/{{{{ inventory_hostname }}}}.json"
             mode: "0644"
       rescue:
         - name: Record the failure
           ansible.builtin.copy:
-            content: "{{ {'status': 'failed', 'msg': ansible_failed_result.msg} | to_json }}"
-            dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
+            content: "{{{{ {{'status': 'failed', 'msg': ansible_failed_result.msg}} | to_json }}}}"
+            dest: "{{{{ out_dir }}}}/{{{{ inventory_hostname }}}}.json"
             mode: "0644"
 """
+
+
+PLAYBOOK = recording_playbook(
+    "Enter the sglang role's fact-free checks",
+    "            name: sglang\n            rolespec_validate: false",
+    "{'status': 'ok', 'argv': sglang_config_argv}")
+
+
+def run_recorded(tmp: Path, playbook: str, hosts: dict) -> dict:
+    """One ansible-playbook run of ``playbook`` over ``hosts`` (all in group sm120): each
+    host's recorded outcome, as written by recording_playbook."""
+    (tmp / "hosts.yml").write_text(yaml.safe_dump({"sglang_servers": {"children": {"sm120": {"hosts": hosts}}}}))
+    (tmp / "play.yml").write_text(playbook)
+    out_dir = tmp / "out"
+    out_dir.mkdir()
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_HOME": str(tmp / ".ansible"),
+           "ANSIBLE_LOCAL_TEMP": str(tmp / "tmp")}
+    run = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp / "hosts.yml"),
+                          "-e", f"out_dir={out_dir}", str(tmp / "play.yml")], cwd=tmp, env=env,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    results = {}
+    for name in hosts:
+        path = out_dir / f"{name}.json"
+        assert path.is_file(), f"{name}: no result (rc {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-2000:]}"
+        results[name] = json.loads(path.read_text())
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -256,22 +285,8 @@ def role_run(tmp_path_factory):
     }
     hosts = {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **v}
              for name, v in cases.items()}
-    (tmp / "hosts.yml").write_text(yaml.safe_dump({"sglang_servers": {"children": {"sm120": {"hosts": hosts}}}}))
-    (tmp / "play.yml").write_text(PLAYBOOK)
-    out_dir = tmp / "out"
-    out_dir.mkdir()
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_HOME": str(tmp / ".ansible"),
-           "ANSIBLE_LOCAL_TEMP": str(tmp / "tmp")}
-    run = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp / "hosts.yml"),
-                          "-e", f"out_dir={out_dir}", str(tmp / "play.yml")], cwd=tmp, env=env,
-                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-    results = {}
-    for name in cases:
-        path = out_dir / f"{name}.json"
-        assert path.is_file(), f"{name}: no result (rc {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-2000:]}"
-        data = json.loads(path.read_text())
-        results[name] = (data["status"], " ".join(data["msg"].split()) if "msg" in data else data["argv"])
-    return results
+    return {name: (data["status"], " ".join(data["msg"].split()) if "msg" in data else data["argv"])
+            for name, data in run_recorded(tmp, PLAYBOOK, hosts).items()}
 
 
 def test_role_refuses_a_pypi_patch_set_without_the_field(role_run):
@@ -333,27 +348,10 @@ def test_every_group_declares_a_backend_ddtree_can_run_on(name):
 
 # ---------------------------------------------------------------- a git source's installed tree
 
-INSTALL_PLAYBOOK = """
-- name: Enter the sglang role's install checks on an already built venv
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Install (the venv exists, so only the checks run) and record the outcome
-      block:
-        - name: Install
-          ansible.builtin.import_role:
-            name: sglang
-            tasks_from: install
-            rolespec_validate: false
-        - name: Record success
-          ansible.builtin.copy: {content: '{"status": "ok"}', dest: "{{ out_dir }}/{{ inventory_hostname }}.json", mode: "0644"}
-      rescue:
-        - name: Record the failure
-          ansible.builtin.copy:
-            content: "{{ {'status': 'failed', 'msg': ansible_failed_result.msg} | to_json }}"
-            dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
-            mode: "0644"
-"""
+INSTALL_PLAYBOOK = recording_playbook(
+    "Enter the sglang role's install checks on an already built venv",
+    "            name: sglang\n            tasks_from: install\n            rolespec_validate: false",
+    "{'status': 'ok'}")
 GIT = {"type": "git", "repo": "https://example.invalid/sglang.git", "version": "v1"}
 
 
@@ -381,22 +379,8 @@ def install_run(tmp_path_factory):
         hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                        "sglang_venv_root": str(root), "sglang_python": sys.executable, "sglang_source": GIT,
                        "sglang_patches": [], "sglang_ddtree_budget": 24, **extra}
-    (tmp / "hosts.yml").write_text(yaml.safe_dump({"sglang_servers": {"children": {"sm120": {"hosts": hosts}}}}))
-    (tmp / "play.yml").write_text(INSTALL_PLAYBOOK)
-    out_dir = tmp / "out"
-    out_dir.mkdir()
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_HOME": str(tmp / ".ansible"),
-           "ANSIBLE_LOCAL_TEMP": str(tmp / "tmp")}
-    run = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp / "hosts.yml"),
-                          "-e", f"out_dir={out_dir}", str(tmp / "play.yml")], cwd=tmp, env=env,
-                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-    results = {}
-    for name in cases:
-        path = out_dir / f"{name}.json"
-        assert path.is_file(), f"{name}: no result (rc {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-2000:]}"
-        data = json.loads(path.read_text())
-        results[name] = (data["status"], " ".join(data.get("msg", "").split()))
-    return results
+    return {name: (data["status"], " ".join(data.get("msg", "").split()))
+            for name, data in run_recorded(tmp, INSTALL_PLAYBOOK, hosts).items()}
 
 
 def test_git_source_without_the_field_is_refused_before_the_unit_changes(install_run):

@@ -773,24 +773,6 @@ def ensure_patchset(
     all_files = []
     for patch in patches:
         all_files.extend(f for f in patch.files if f not in all_files)
-    if patches and stamp_holds(existing, entries, site, all_files):
-        # Applied and verified before, and untouched since: a no-op read (the fleet's state read
-        # runs this on every host of every drift run) costs hashing, not a GNU patch replay.
-        problems = verify_tree(site, [], expect)
-        if problems:
-            raise VerificationError("the patched tree fails verification: " + "; ".join(problems), problems=problems)
-        return {
-            "changed": False,
-            "fingerprint": fingerprint,
-            "applied": [],
-            "already_applied": [p.name for p in patches],
-            "files": [],
-            "stamp_path": stamp_path(site, stamp_relpath),
-            "stamp": existing,
-            "patches": [],
-        }
-    patch_bin = find_patch_executable(patch_bin)
-
     result = {
         "changed": False,
         "fingerprint": fingerprint,
@@ -801,6 +783,15 @@ def ensure_patchset(
         "stamp": existing,
         "patches": [],
     }
+    if patches and stamp_holds(existing, entries, site, all_files):
+        # Applied and verified before, and untouched since: a no-op read (the fleet's state read
+        # runs this on every host of every drift run) costs hashing, not a GNU patch replay.
+        problems = verify_tree(site, [], expect)
+        if problems:
+            raise VerificationError("the patched tree fails verification: " + "; ".join(problems), problems=problems)
+        result["already_applied"] = [p.name for p in patches]
+        return result
+    patch_bin = find_patch_executable(patch_bin)
 
     already, todo, scratch = plan_patches(patch_bin, site, patches) if patches else ([], [], None)
     try:

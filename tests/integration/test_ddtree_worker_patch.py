@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+import ddtree_patch  # the project's strict series parser (module_utils, on the tests' path)
+
 REPO = Path(__file__).resolve().parents[2]
 PATCH_DIR = REPO / "roles" / "sglang" / "files" / "patches"
 DEFAULT_WHEEL = "/var/cache/ddtree-lab/wheels/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
@@ -45,8 +47,7 @@ pytestmark = [
 
 
 def _series():
-    lines = (PATCH_DIR / "series").read_text().splitlines()
-    return [PATCH_DIR / n.strip() for n in lines if n.strip() and not n.startswith("#")]
+    return [PATCH_DIR / name for name in ddtree_patch.read_series(PATCH_DIR / "series")]
 
 
 @pytest.fixture(scope="module")

@@ -395,3 +395,26 @@ def test_tree_mask_backends_are_real_classes_and_the_role_refuses_the_others(sit
         assert reads_mask in source, (cls, reads_mask)
     role_vars = yaml.safe_load((REPO / "roles/sglang/vars/main.yml").read_text())
     assert role_vars["sglang_config_ddtree_tree_backends"] == list(backends.values())
+
+
+def test_the_lab_stand_in_repeats_the_patched_server_s_refusals(site, handle_ddtree):
+    """The stand-in's copies of 0004's start-up refusals and warning (lab physics rules 1a/1b)
+    are what the patched source raises and logs, so the lab shows what the real server would."""
+    from sglang_lab_standin import physics
+
+    def raised(**overrides):
+        with pytest.raises(ValueError) as err:
+            handle_ddtree(**overrides)
+        return "%s: %s" % (type(err.value).__name__, err.value)
+
+    # the stand-in's traceback names DDTreeError by its module, as Python prints it
+    assert raised(speculative_ddtree_budget=2000) == physics.DDTREE_BUDGET_ERROR.format(
+        max=physics.DDTREE_MAX_BUDGET, budget=2000).replace("sglang.srt.speculative.ddtree_tree.", "")
+    assert raised(page_size=16) == physics.DDTREE_PAGE_SIZE_ERROR.format(page_size=16)
+    assert raised(speculative_use_rejection_sampling=True) == physics.DDTREE_REJECTION_ERROR
+    warnings = [
+        n.args[0].value for n in ast.walk(_tree(site, HOOK))
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "warning" and n.args
+        and isinstance(n.args[0], ast.Constant) and "--speculative-ddtree-budget" in str(n.args[0].value)
+    ]
+    assert [w.replace("%s", "{algorithm}") for w in warnings] == [physics.DDTREE_BUDGET_IGNORED_WARNING]

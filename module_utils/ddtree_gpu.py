@@ -335,14 +335,15 @@ def model_fits(weights_gib, tp_size, gpu_mem_gib, mem_fraction_static, kv_headro
     """Check ``weights/tp + kv_headroom <= gpu_mem * mem_fraction_static``.
 
     Returns ``(fits, detail)``; ``detail`` has the numbers and a ``message``.
-    Raises ValueError on nonsensical inputs (tp < 1, fraction outside (0, 1]).
+    Raises ValueError on nonsensical inputs (tp < 1, fraction outside (0, 1): the range of
+    sglang_mem_fraction_static in playbooks/vars/inputs.yml).
     """
     weights = _number("weights_gib", weights_gib)
     gpu_mem = _number("gpu_mem_gib", gpu_mem_gib, allow_equal=False)
     headroom = _number("kv_headroom_gib", kv_headroom_gib)
     fraction = _number("mem_fraction_static", mem_fraction_static, allow_equal=False)
-    if fraction > 1.0:
-        raise ValueError("mem_fraction_static must be in (0, 1], got %r" % (mem_fraction_static,))
+    if fraction >= 1.0:
+        raise ValueError("mem_fraction_static must be in (0, 1), got %r" % (mem_fraction_static,))
     if isinstance(tp_size, bool) or int(tp_size) != tp_size or int(tp_size) < 1:
         raise ValueError("tp_size must be an integer >= 1, got %r" % (tp_size,))
     tp = int(tp_size)

@@ -268,6 +268,7 @@ def test_headroom_exceeds_budget():
         ((54, 1.5, 48, 0.9, 4), "tp_size"),
         ((54, True, 48, 0.9, 4), "tp_size"),
         ((54, 1, 48, 1.5, 4), "mem_fraction_static"),
+        ((54, 1, 48, 1.0, 4), "mem_fraction_static"),
         ((54, 1, 48, 0, 4), "mem_fraction_static"),
         ((54, 1, 0, 0.9, 4), "gpu_mem_gib"),
         ((-1, 1, 48, 0.9, 4), "weights_gib"),

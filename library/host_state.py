@@ -95,6 +95,12 @@ options:
   lock_dir:
     description: The host lock's directory (role host_lock); a lock held by any run makes the host not in sync.
     type: path
+  force:
+    description:
+      - Report the host as not in sync even when nothing differs, so that the caller re-applies and gates the
+        declared configuration (the playbooks pass C(quality_gate_always)). The differences are still those read.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -114,7 +120,7 @@ EXAMPLES = r"""
 - name: Read the live state in one call
   host_state:
     state_dir: /var/lib/ddtree-fleet
-    fingerprint: "{{ sglang_service_fingerprint }}"
+    fingerprint: "{{ sglang_service_unit_text | ddtree_config_fingerprint(sglang_service_env_text) }}"
     service: sglang.service
     unit_path: /etc/systemd/system/sglang.service
     unit_sha1: "{{ sglang_service_unit_text | hash('sha1') }}"
@@ -202,7 +208,7 @@ in_sync:
   description:
     - Nothing to do. No difference, the known-good record intact and the declared configuration,
       no quarantine, no lock held, and the GPUs those the known-good record was proven on
-      (its C(gpu) entry). A caller may then skip every later stage.
+      (its C(gpu) entry). A caller may then skip every later stage. Always false with O(force).
   returned: always
   type: bool
 """
@@ -231,6 +237,7 @@ def main():
             gpu=dict(type="bool", default=False),
             nvidia_smi=dict(type="path"),
             lock_dir=dict(type="path"),
+            force=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
         required_together=[("logging_file", "logging_sha1")],
@@ -241,6 +248,7 @@ def main():
         state = read_state(params)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="%s: cannot read the host's state: %s" % (params["state_dir"], exc))
+    state["in_sync"] = state["in_sync"] and not params["force"]
     module.exit_json(changed=False, fingerprint=params["fingerprint"], **state)
 
 

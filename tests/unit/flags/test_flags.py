@@ -7,6 +7,8 @@ parser built from the real flag list (lab/standin/.../sglang-0.5.23-cli.json).
 """
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
@@ -57,7 +59,7 @@ def flag_input(v: dict) -> dict:
 def vars_file_keys() -> set:
     text = (REPO / "roles" / "sglang" / "vars" / "main.yml").read_text()
     block = text.split("sglang_config_flag_input:")[1].split("\nsglang_config_argv")[0]
-    return {line.strip().split(":")[0] for line in block.splitlines() if line.startswith("  ") and ":" in line}
+    return set(re.findall(r"'([a-z_]+)':", block))
 
 
 def test_flag_input_mirror_matches_the_role_vars():

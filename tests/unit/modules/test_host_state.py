@@ -353,3 +353,24 @@ def test_module_takes_the_logging_config_with_its_digest(run_module, host):
     _, params = with_logging_config(host)
     res = run_module("host_state", host.params(gpu=False, logging_file=params["logging_file"]))
     assert res.failed and "logging_sha1" in res.result["msg"], res.result
+
+
+def test_force_makes_an_in_sync_host_go_through_the_change(run_module, host, tmp_path, monkeypatch):
+    # quality_gate_always: nothing differs, and the host must still be changed and gated.
+    host.in_sync()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "systemctl"
+    fake.write_text('#!/bin/sh\n[ "$1" = is-active ] && echo active || echo enabled\n')
+    fake.chmod(0o755)
+    smi = bindir / "nvidia-smi"
+    (tmp_path / "query.csv").write_text(A6000_QUERY)
+    smi.write_text('#!/bin/sh\ncat %s\n' % (tmp_path / "query.csv"))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    plain = run_module("host_state", host.params(nvidia_smi=str(smi)))
+    forced = run_module("host_state", host.params(nvidia_smi=str(smi), force=True))
+    assert plain.result["in_sync"] is True, plain.result
+    assert forced.result["in_sync"] is False
+    assert forced.result["differences"] == plain.result["differences"] == []
+    assert forced.result["pending_change"] is plain.result["pending_change"] is False

@@ -8,6 +8,10 @@ mojibake, a word-frequency list for word salad, language identification for lang
 This plugin runs the module, then judges every prompt that passed again with those judges
 (ddtree_probe.rejudge_text): one judge, at its best where it can run. A prompt found degenerate
 here fails the report exactly as on the host, and O(fail_on) applies to the final verdict.
+
+It also merges O(settings), the options every probe of a deployment shares (the quality_gate
+role's quality_gate_probe_settings), under the options the task gives itself, so the gate, the
+baseline and the restore handler write that call once. An empty api_key is left out.
 """
 
 from __future__ import annotations
@@ -32,8 +36,16 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        result.update(self._execute_module(module_name="sglang_probe",
-                                           module_args=self._task.args, task_vars=task_vars))
+        args = dict(self._task.args)
+        settings = args.pop("settings", None) or {}
+        if not isinstance(settings, dict):
+            result.update(failed=True, msg="sglang_probe: settings must be a mapping of the module's options, got %s"
+                          % type(settings).__name__)
+            return result
+        args = dict(settings, **args)
+        if not args.get("api_key"):
+            args.pop("api_key", None)
+        result.update(self._execute_module(module_name="sglang_probe", module_args=args, task_vars=task_vars))
         report = result.get("report")
         if not isinstance(report, dict):
             return result

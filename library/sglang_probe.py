@@ -34,9 +34,15 @@ author:
   - ddtree-fleet maintainers (!UNKNOWN)
 options:
   url:
-    description: Base URL of the server, for example C(http://127.0.0.1:30000).
+    description:
+      - Base URL of the server, for example C(http://127.0.0.1:30000). Required, here or in O(settings).
     type: str
-    required: true
+  settings:
+    description:
+      - Options shared by every probe of a deployment, as one mapping of this module's options (the
+        quality_gate role passes C(quality_gate_probe_settings)). The action plugin puts them under the
+        options the task gives itself, and leaves out an empty C(api_key). The module alone refuses it.
+    type: dict
   api_key:
     description:
       - "API key sent as C(Authorization: Bearer KEY). Never returned or logged."
@@ -165,6 +171,12 @@ EXAMPLES = r"""
   register: probe
   check_mode: false
 
+- name: The options every probe of a deployment shares, given once (merged by the action plugin)
+  sglang_probe:
+    settings: "{{ quality_gate_probe_settings }}"
+    agreement: warn
+  register: probe
+
 - name: Fail the host unless the probe passed
   ansible.builtin.assert:
     that: probe.passed
@@ -245,7 +257,8 @@ except ImportError:  # pragma: no cover - running outside Ansible's module_utils
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            url=dict(type="str", required=True),
+            url=dict(type="str"),
+            settings=dict(type="dict", no_log=True),
             api_key=dict(type="str", no_log=True),
             endpoint=dict(type="str", default="generate", choices=["generate", "completions"]),
             model=dict(type="str"),
@@ -269,6 +282,11 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if p["settings"] is not None:
+        module.fail_json(msg="settings is merged by the sglang_probe action plugin (action_plugins/); "
+                             "without it, pass the options themselves")
+    if not p["url"]:
+        module.fail_json(msg="url is required (or in settings, through the action plugin)")
     try:
         report = run_probe(
             p["url"], p["prompts"], api_key=p["api_key"], endpoint=p["endpoint"],

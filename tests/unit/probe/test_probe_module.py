@@ -143,7 +143,7 @@ ENGLISH = ("Sure. A queue holds items in the order they arrive and hands them ou
            "first out.")
 
 
-def _adhoc(srv, tmp_path, action_plugins):
+def _adhoc(srv, tmp_path, action_plugins, args=None):
     """The module run by a real `ansible` on the host's system python3 (the standard library only,
     as on a target host); with the repository's action plugin, the controller judges again."""
     env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(REPO, "library"),
@@ -154,7 +154,7 @@ def _adhoc(srv, tmp_path, action_plugins):
                ANSIBLE_ACTION_PLUGINS=os.path.join(REPO, "action_plugins") if action_plugins
                else str(tmp_path / "none"))
     ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
-    args = {"url": srv.url, "stall_timeout": 2, "prompts": [{"name": "fr", "prompt": FRENCH}]}
+    args = args or {"url": srv.url, "stall_timeout": 2, "prompts": [{"name": "fr", "prompt": FRENCH}]}
     p = subprocess.run(
         [ansible, "-i", "localhost,", "-c", "local", "localhost",
          "-e", "ansible_python_interpreter=/usr/bin/python3", "-m", "sglang_probe",
@@ -179,3 +179,23 @@ def test_controller_judges_the_hosts_outputs_again(fake_server, tmp_path):
     tj = judged["report"]["text_judges"]
     assert tj["controller"]["library_backed"] is True and tj["controller_failed"]
     assert judged["report"]["prompts"][0]["verdict"] == "fail"
+
+
+def test_settings_are_merged_under_the_calls_own_options(fake_server, tmp_path):
+    # The gate, the baseline and the restore handler pass quality_gate_probe_settings once; the
+    # action plugin puts them under the task's own options and drops an empty api_key.
+    srv = fake_server()
+    settings = {"url": srv.url, "api_key": "", "stall_timeout": 2, "min_tokens_per_s": 1000.0,
+                "prompts": [{"name": "ordinary", "prompt": "Say something ordinary."}]}
+    slow = _adhoc(srv, tmp_path, action_plugins=True, args={"settings": settings})
+    assert slow["report"]["url"] == srv.url and [p["name"] for p in slow["report"]["prompts"]] == ["ordinary"]
+    assert slow["verdict"] == "fail" and any("tokens/s < floor 1000" in r for r in slow["reasons"]), slow["reasons"]
+    own = _adhoc(srv, tmp_path, action_plugins=True, args={"settings": settings, "min_tokens_per_s": 0.001})
+    assert own["verdict"] == "pass", own.get("reasons")
+    assert srv.beh.requests and not any("Authorization" in headers for _, headers, _ in srv.beh.requests)
+
+
+def test_the_module_alone_refuses_settings(fake_server, tmp_path):
+    srv = fake_server()
+    res = _adhoc(srv, tmp_path, action_plugins=False, args={"settings": {"url": srv.url}})
+    assert "verdict" not in res and "action plugin" in res["msg"], res

@@ -3,6 +3,7 @@
 import json
 
 import ddtree_bench as db
+import ddtree_bench_report as br
 from bench_testlib import run_bench
 
 
@@ -31,14 +32,14 @@ DDTREE = _res("DDTREE", [], "failed", {"reason": "health check never passed",
 
 
 def test_ratios_against_baseline():
-    r = db.throughput_ratios([NEXTN, DFLASH, DDTREE], "NEXTN")
+    r = br.throughput_ratios([NEXTN, DFLASH, DDTREE], "NEXTN")
     assert r[("NEXTN", 1)] == 1.0
     assert r[("DFLASH", 1)] == 120.0 / 96.0 and r[("DFLASH", 4)] == 425.0 / 340.0
     assert ("DDTREE", 1) not in r
 
 
 def test_render_report_table_and_failures():
-    md = db.render_report([DFLASH, NEXTN, DDTREE])
+    md = br.render_report([DFLASH, NEXTN, DDTREE])
     assert "Baseline for the ratio column: NEXTN" in md
     assert "| Candidate | Concurrency | Output tok/s | vs NEXTN | Req/s | TTFT p50 ms |" in md
     assert "| DFLASH | 1 | 120.0 | 1.25x | 0.47 | 50.0 | 60.0 | 70.0 | 8.00 | 9.00 | 12.00 | " \
@@ -53,10 +54,10 @@ def test_render_report_table_and_failures():
 
 def test_render_report_missing_baseline_and_mixed_workloads():
     other = dict(DFLASH, workload={"version": "ddtree-bench-workload-v2", "hash": "cd" * 32})
-    md = db.render_report([other, DDTREE], baseline="NEXTN")
+    md = br.render_report([other, DDTREE], baseline="NEXTN")
     assert "Baseline NEXTN has no successful result" in md
     assert "| DFLASH | 1 | 120.0 | n/a |" in md
-    assert db.render_report([DFLASH, other]).count("different workloads") == 1
+    assert br.render_report([DFLASH, other]).count("different workloads") == 1
 
 
 def test_report_cli_writes_md_and_png(tmp_path):
@@ -76,11 +77,10 @@ def test_report_cli_writes_md_and_png(tmp_path):
 
 
 def test_gpu_label_reads_gpu_facts_and_cli_shapes():
-    import ddtree_bench
     facts = {"count": 8, "names": ["NVIDIA RTX PRO 6000 Blackwell Workstation Edition"] * 8, "arch": "sm120"}
-    assert ddtree_bench.gpu_label(facts) == "8x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (sm120)"
-    assert ddtree_bench.gpu_label({"name": "NVIDIA RTX A6000", "count": 1}) == "NVIDIA RTX A6000"
-    assert ddtree_bench.gpu_label({}) == "unknown GPU"
+    assert br.gpu_label(facts) == "8x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (sm120)"
+    assert br.gpu_label({"name": "NVIDIA RTX A6000", "count": 1}) == "NVIDIA RTX A6000"
+    assert br.gpu_label({}) == "unknown GPU"
 
 
 def test_flags_from_server_info_keep_the_listed_arguments_only():

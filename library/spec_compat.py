@@ -142,6 +142,7 @@ weights_checked:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ddtree_spec import (
+    ALGORITHMS,
     DRAFT_REQUIRED,
     check_compat,
     collect_safetensors_shapes,
@@ -152,7 +153,7 @@ from ansible.module_utils.ddtree_spec import (
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            algorithm=dict(type="str", required=True, choices=["NEXTN", "EAGLE", "EAGLE3", "DFLASH", "DDTREE"]),
+            algorithm=dict(type="str", required=True, choices=list(ALGORITHMS)),
             target_path=dict(type="path", required=True),
             draft_path=dict(type="path"),
             read_weights=dict(type="bool", default=True),

@@ -146,3 +146,17 @@ def test_config_fingerprint_changes_with_any_part():
     assert a == ddtree_flags.config_fingerprint("unit", "env") and len(a) == 16
     assert a != ddtree_flags.config_fingerprint("unit", "env2")
     assert a != ddtree_flags.config_fingerprint("unitenv", "")
+
+
+def test_the_algorithm_names_are_one_list():
+    # ddtree_flags holds them; the input table, the role's draft list and the compatibility check agree.
+    import ddtree_spec
+    limits = load(REPO / "playbooks" / "vars" / "inputs.yml")["ddtree_inputs_limits"]
+    for name in ("benchmark_candidates", "benchmark_baseline", "sglang_speculative_algorithm",
+                 "sglang_known_good_algorithm"):
+        assert tuple(limits[name]["choices"]) == ddtree_flags.ALGORITHMS, name
+    assert tuple(limits["sglang_speculative_params"]["allowed_keys"]) == ddtree_flags.ALGORITHMS
+    role_vars = load(REPO / "roles" / "sglang" / "vars" / "main.yml")
+    assert tuple(role_vars["sglang_config_draft_algorithms"]) == ddtree_flags.DRAFT_ALGORITHMS
+    assert ddtree_spec.ALGORITHMS == ddtree_flags.ALGORITHMS
+    assert ddtree_spec.DRAFT_REQUIRED == ddtree_flags.DRAFT_ALGORITHMS

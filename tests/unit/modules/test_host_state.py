@@ -243,14 +243,21 @@ def test_venv_python_asked_when_lib_does_not_say(host, tmp_path):
     assert calls[0][0] == "/usr/bin/python3.12"
 
 
-def test_module_reads_state_without_change(run_module, host, tmp_path, monkeypatch):
-    host.in_sync()
+def fake_bin(tmp_path, monkeypatch, **scripts):
+    """A bin directory first on PATH: a systemctl that says active and enabled, and ``scripts``."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    fake = bindir / "systemctl"
-    fake.write_text('#!/bin/sh\n[ "$1" = is-active ] && echo active || echo enabled\n')
-    fake.chmod(0o755)
+    scripts.setdefault("systemctl", '[ "$1" = is-active ] && echo active || echo enabled')
+    for name, body in scripts.items():
+        (bindir / name).write_text("#!/bin/sh\n%s\n" % body)
+        (bindir / name).chmod(0o755)
     monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    return bindir
+
+
+def test_module_reads_state_without_change(run_module, host, tmp_path, monkeypatch):
+    host.in_sync()
+    fake_bin(tmp_path, monkeypatch)
     res = run_module("host_state", host.params(gpu=False), check_mode=True)
     assert not res.failed, res.result
     assert res.result["changed"] is False
@@ -358,16 +365,8 @@ def test_module_takes_the_logging_config_with_its_digest(run_module, host):
 def test_force_makes_an_in_sync_host_go_through_the_change(run_module, host, tmp_path, monkeypatch):
     # quality_gate_always: nothing differs, and the host must still be changed and gated.
     host.in_sync()
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    fake = bindir / "systemctl"
-    fake.write_text('#!/bin/sh\n[ "$1" = is-active ] && echo active || echo enabled\n')
-    fake.chmod(0o755)
-    smi = bindir / "nvidia-smi"
     (tmp_path / "query.csv").write_text(A6000_QUERY)
-    smi.write_text('#!/bin/sh\ncat %s\n' % (tmp_path / "query.csv"))
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    smi = fake_bin(tmp_path, monkeypatch, **{"nvidia-smi": "cat %s" % (tmp_path / "query.csv")}) / "nvidia-smi"
     plain = run_module("host_state", host.params(nvidia_smi=str(smi)))
     forced = run_module("host_state", host.params(nvidia_smi=str(smi), force=True))
     assert plain.result["in_sync"] is True, plain.result

@@ -1,70 +1,48 @@
 # -*- coding: utf-8 -*-
 """Controller-side filters for the DDTREE patch set.
 
-The logic lives in ``module_utils/ddtree_patch.py`` (also shipped to targets
-with the ``sglang_patch`` module); this plugin loads that same file by path, so
-the fingerprint in venv paths and the one in the target's stamp come from one
+The logic lives in ``module_utils/ddtree_patch.py``, the file the ``sglang_patch`` module ships
+to the hosts, so the fingerprint in venv paths and the one in a host's stamp come from one
 implementation.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
 from ansible.errors import AnsibleFilterError
 
-_MODULE_NAME = "_ddtree_fleet_ddtree_patch"
+_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+import ddtree_patch  # noqa: E402  (path set above: one implementation for modules, filters and tests)
 
 
-def _load_logic():
-    loaded = sys.modules.get(_MODULE_NAME)
-    if loaded is not None:
-        return loaded
-    here = os.path.dirname(os.path.realpath(__file__))
-    path = os.path.join(here, os.pardir, "module_utils", "ddtree_patch.py")
-    spec = importlib.util.spec_from_file_location(_MODULE_NAME, os.path.normpath(path))
-    if spec is None or spec.loader is None:  # pragma: no cover
-        raise AnsibleFilterError("cannot load %s" % path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_MODULE_NAME] = module
+def _call(name, func, *args, **kwargs):
     try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(_MODULE_NAME, None)
-        raise
-    return module
+        return func(*args, **kwargs)
+    except ddtree_patch.PatchSetError as exc:
+        raise AnsibleFilterError("%s: %s" % (name, exc)) from exc
 
 
 def ddtree_patchset_fingerprint(entries, length=None):
     """Short fingerprint of a list of ``{"name", "sha256"}`` (``nopatch`` if empty)."""
-    logic = _load_logic()
-    try:
-        if length is None:
-            return logic.patchset_fingerprint(entries)
-        return logic.patchset_fingerprint(entries, length=int(length))
-    except logic.PatchSetError as exc:
-        raise AnsibleFilterError("ddtree_patchset_fingerprint: %s" % exc)
+    kwargs = {} if length is None else {"length": int(length)}
+    return _call("ddtree_patchset_fingerprint", ddtree_patch.patchset_fingerprint, entries, **kwargs)
 
 
 def ddtree_patch_plan(series_text, sums_text, selected, extras, patch_dir):
     """The patch set to apply, ``[{"name", "src", "sha256"}]``: the selected built-ins in series
     order, then the user's patches (``sglang_patches``, ``sglang_extra_patches``)."""
-    logic = _load_logic()
-    try:
-        return logic.select_patches(str(series_text), str(sums_text), selected, extras, str(patch_dir))
-    except logic.PatchSetError as exc:
-        raise AnsibleFilterError("ddtree_patch_plan: %s" % exc)
+    return _call("ddtree_patch_plan", ddtree_patch.select_patches, str(series_text), str(sums_text),
+                 selected, extras, str(patch_dir))
 
 
 def ddtree_patch_series(series_text):
     """The patch names of a ``series`` file, in order (the strict parser of the patch plan)."""
-    logic = _load_logic()
-    try:
-        return logic.parse_series(str(series_text))
-    except logic.PatchSetError as exc:
-        raise AnsibleFilterError("ddtree_patch_series: %s" % exc)
+    return _call("ddtree_patch_series", ddtree_patch.parse_series, str(series_text))
 
 
 def ddtree_patches_adding(plan, target, marker):
@@ -72,7 +50,6 @@ def ddtree_patches_adding(plan, target, marker):
     on the controller) that add a line containing ``marker`` to ``target``: which patch of the
     set provides a field (and so a flag) that stock SGLang lacks. An unreadable file provides
     nothing (the install's checksum step names it)."""
-    logic = _load_logic()
     names = []
     for entry in plan or []:
         try:
@@ -80,11 +57,9 @@ def ddtree_patches_adding(plan, target, marker):
                 text = handle.read()
         except (OSError, KeyError, TypeError, UnicodeDecodeError):
             continue
-        try:
-            if logic.patch_adds(text, str(target), str(marker)):
-                names.append(entry["name"])
-        except logic.PatchSetError as exc:
-            raise AnsibleFilterError("ddtree_patches_adding: %s: %s" % (entry.get("name"), exc))
+        if _call("ddtree_patches_adding: %s" % entry.get("name"), ddtree_patch.patch_adds,
+                 text, str(target), str(marker)):
+            names.append(entry["name"])
     return names
 
 

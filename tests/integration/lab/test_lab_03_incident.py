@@ -128,7 +128,7 @@ def test_report_timings(incident, evidence):
     # The same from the play's own output, timed as each line arrived.
     gate_probe = run.first_line_at(r"^TASK \[quality_gate : Probe the service \(quality gate\)\]")
     rescue = run.first_line_at(r"^TASK \[known_good : Choose the evidence directory\]")
-    restore = run.first_line_at(r"^RUNNING HANDLER \[known_good : Restore the known-good unit\]")
+    restore = run.first_line_at(r"^RUNNING HANDLER \[known_good : Restore the known-good unit\b")
     probed = run.first_line_at(r"^RUNNING HANDLER \[known_good : Keep the restored service's probe report")
     measured = {
         "detection": float(failed["detection_seconds"]),

@@ -13,7 +13,7 @@ package tree (a venv's site-packages) with GNU patch, idempotently:
 * afterwards every touched Python file must still compile and the optional
   "expect" markers must be present, otherwise the run is rolled back too;
 * the applied set is recorded in a stamp file
-  (``<site-packages>/sglang/.ddtree-patchset.json`` by default).
+  (``<site-packages>/sglang/.ddtree-patchset.json``).
 
 No Ansible import: the module imports this as
 ``ansible.module_utils.ddtree_patch``; the controller-side filter plugin and
@@ -30,42 +30,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-
-__all__ = [
-    "NOPATCH_FINGERPRINT",
-    "STAMP_RELPATH",
-    "FINGERPRINT_LENGTH",
-    "PatchSetError",
-    "ChecksumError",
-    "PatchConflictError",
-    "VerificationError",
-    "PatchFile",
-    "parse_series",
-    "read_series",
-    "parse_sha256sums",
-    "read_sha256sums",
-    "sha256_file",
-    "normalize_entries",
-    "patchset_fingerprint",
-    "patchset_fingerprint_full",
-    "patch_targets",
-    "patch_adds",
-    "load_patches",
-    "find_patch_executable",
-    "check_gnu_patch",
-    "run_patch",
-    "patch_state",
-    "plan_patches",
-    "apply_patches",
-    "reverse_patches",
-    "verify_tree",
-    "stamp_path",
-    "read_stamp",
-    "make_stamp",
-    "stamp_matches",
-    "write_stamp",
-    "ensure_patchset",
-]
 
 # Fingerprint of an empty patch set (an unpatched venv).
 NOPATCH_FINGERPRINT = "nopatch"
@@ -137,7 +101,8 @@ class PatchFile:
 
 def _check_patch_name(name, where):
     if not name or name in (".", "..") or "/" in name or "\\" in name:
-        raise PatchSetError("%s: invalid patch name %r (a plain file name is required)" % (where, name))
+        raise PatchSetError("%s: invalid patch name %r (a plain file name is required)"
+                            % (where, name))
 
 
 def parse_series(text):
@@ -206,23 +171,24 @@ def select_patches(series_text, sums_text, selected, extras, patch_dir):
     selected = list(selected or [])
     unknown = [s for s in selected if s not in series]
     if unknown:
-        raise PatchSetError("sglang_patches: unknown patch %r; the built-in series is %s" % (unknown[0], series))
+        raise PatchSetError("sglang_patches: unknown patch %r; the built-in series is %s"
+                            % (unknown[0], series))
     plan = []
-    for name in series:
-        if name in selected:
-            if name not in sums:
-                raise PatchSetError("patch %s has no checksum in SHA256SUMS" % name)
-            plan.append({"name": name, "src": "%s/%s" % (patch_dir, name), "sha256": sums[name]})
+    for name in [n for n in series if n in selected]:
+        if name not in sums:
+            raise PatchSetError("patch %s has no checksum in SHA256SUMS" % name)
+        plan.append({"name": name, "src": "%s/%s" % (patch_dir, name), "sha256": sums[name]})
     for i, extra in enumerate(extras or []):
-        digest = str(extra.get("sha256", "")) if isinstance(extra, dict) else ""
-        if not isinstance(extra, dict) or not extra.get("path") or not _SHA256_RE.match(digest.lower()):
-            raise PatchSetError("sglang_extra_patches[%d]: expected {path: <controller path>, sha256: <64 hex>}, got %r"
-                                % (i, extra))
+        digest = str(extra.get("sha256", "")).lower() if isinstance(extra, dict) else ""
+        if not isinstance(extra, dict) or not extra.get("path") or not _SHA256_RE.match(digest):
+            raise PatchSetError("sglang_extra_patches[%d]: expected {path: <controller path>, "
+                                "sha256: <64 hex>}, got %r" % (i, extra))
         name = str(extra["path"]).rstrip("/").rsplit("/", 1)[-1]
         _check_patch_name(name, "sglang_extra_patches[%d]" % i)
         if any(p["name"] == name for p in plan):
-            raise PatchSetError("sglang_extra_patches[%d]: a patch named %s is already in the set" % (i, name))
-        plan.append({"name": name, "src": str(extra["path"]), "sha256": digest.lower()})
+            raise PatchSetError("sglang_extra_patches[%d]: a patch named %s is already in the set"
+                                % (i, name))
+        plan.append({"name": name, "src": str(extra["path"]), "sha256": digest})
     return plan
 
 
@@ -235,13 +201,11 @@ def sha256_file(path):
 
 
 def normalize_entries(entries):
-    """Return ``[(name, sha256), ...]`` from dicts, pairs or PatchFile objects."""
+    """Return ``[(name, sha256), ...]`` from ``{"name", "sha256"}`` dicts or pairs."""
     result = []
     seen = set()
     for item in entries or []:
-        if isinstance(item, PatchFile):
-            name, digest = item.name, item.sha256
-        elif isinstance(item, dict):
+        if isinstance(item, dict):
             try:
                 name, digest = item["name"], item["sha256"]
             except KeyError as exc:
@@ -274,9 +238,7 @@ def patchset_fingerprint_full(entries):
 def patchset_fingerprint(entries, length=FINGERPRINT_LENGTH):
     """Short fingerprint used in venv paths (``<version>-<fingerprint>``)."""
     full = patchset_fingerprint_full(entries)
-    if full == NOPATCH_FINGERPRINT:
-        return full
-    return full[:length]
+    return full if full == NOPATCH_FINGERPRINT else full[:length]
 
 
 # --------------------------------------------------------------------------
@@ -284,35 +246,34 @@ def patchset_fingerprint(entries, length=FINGERPRINT_LENGTH):
 # --------------------------------------------------------------------------
 
 
-def _strip_path(raw, strip=_STRIP):
+def _strip_path(raw):
     path = raw.split("\t", 1)[0].strip()
     if path.startswith('"') and path.endswith('"') and len(path) >= 2:
         path = path[1:-1]
     if path == "/dev/null":
         return None
     parts = [p for p in path.split("/") if p]
-    if len(parts) <= strip:
-        raise PatchSetError("patch path %r has too few components for -p%d" % (path, strip))
-    rel = "/".join(parts[strip:])
-    if rel.startswith("/") or ".." in rel.split("/"):
+    if len(parts) <= _STRIP:
+        raise PatchSetError("patch path %r has too few components for -p%d" % (path, _STRIP))
+    if ".." in parts[_STRIP:]:
         raise PatchSetError("patch path %r escapes the target directory" % path)
-    return rel
+    return "/".join(parts[_STRIP:])
 
 
-def patch_targets(text, strip=_STRIP):
+def patch_targets(text):
     """Relative paths (after -p1) of the files a unified diff touches, in order."""
     lines = text.splitlines()
     files = []
     for index in range(len(lines) - 2):
         old, new, hunk = lines[index], lines[index + 1], lines[index + 2]
         if old.startswith("--- ") and new.startswith("+++ ") and hunk.startswith("@@ "):
-            target = _strip_path(new[4:], strip) or _strip_path(old[4:], strip)
+            target = _strip_path(new[4:]) or _strip_path(old[4:])
             if target and target not in files:
                 files.append(target)
     return files
 
 
-def patch_adds(text, target, marker, strip=_STRIP):
+def patch_adds(text, target, marker):
     """True when the unified diff ``text`` adds a line containing ``marker`` to the file
     ``target`` (a path after -p1, like sglang/srt/arg_groups/fields/spec.py).
 
@@ -323,8 +284,9 @@ def patch_adds(text, target, marker, strip=_STRIP):
     lines = text.splitlines()
     for index, line in enumerate(lines):
         if line.startswith("+++ ") and index > 0 and lines[index - 1].startswith("--- "):
-            current = _strip_path(line[4:], strip) or _strip_path(lines[index - 1][4:], strip)
-        elif current == target and line.startswith("+") and not line.startswith("+++ ") and marker in line:
+            current = _strip_path(line[4:]) or _strip_path(lines[index - 1][4:])
+        elif (current == target and line.startswith("+") and not line.startswith("+++ ")
+              and marker in line):
             return True
     return False
 
@@ -371,22 +333,12 @@ def load_patches(paths, checksums):
 # --------------------------------------------------------------------------
 
 
-def find_patch_executable(path=None):
-    if path:
-        return path
-    found = shutil.which("patch")
-    if not found:
-        raise PatchSetError("GNU patch is not installed (install the 'patch' package)")
-    return found
-
-
 def _patch_env():
     env = dict(os.environ)
-    env.pop("POSIXLY_CORRECT", None)  # changes backup/reject behaviour
-    env.pop("PATCH_GET", None)
-    env.pop("PATCH_VERSION_CONTROL", None)
-    env.pop("VERSION_CONTROL", None)
-    env.pop("SIMPLE_BACKUP_SUFFIX", None)
+    # Variables that change GNU patch's backup, reject or RCS/SCCS behaviour.
+    for name in ("POSIXLY_CORRECT", "PATCH_GET", "PATCH_VERSION_CONTROL", "VERSION_CONTROL",
+                 "SIMPLE_BACKUP_SUFFIX"):
+        env.pop(name, None)
     env["LC_ALL"] = "C"
     env["QUOTING_STYLE"] = "literal"
     return env
@@ -395,7 +347,8 @@ def _patch_env():
 def check_gnu_patch(patch_bin):
     """Return the version line of ``patch_bin``; raise unless it is GNU patch."""
     try:
-        proc = subprocess.run([patch_bin, "--version"], capture_output=True, text=True, env=_patch_env(), check=False)
+        proc = subprocess.run([patch_bin, "--version"], capture_output=True, text=True,
+                              env=_patch_env(), check=False)
     except OSError as exc:
         raise PatchSetError("cannot run %s: %s" % (patch_bin, exc))
     first = (proc.stdout or proc.stderr).splitlines()[:1]
@@ -411,34 +364,22 @@ def run_patch(patch_bin, directory, patch_path, reverse=False, dry_run=False):
     patch; ``--fuzz=0`` refuses hunks whose context moved; no backup or reject
     files are written.
     """
-    argv = [
-        patch_bin,
-        "-p%d" % _STRIP,
-        "--batch",
-        "--forward",
-        "--fuzz=0",
-        "--no-backup-if-mismatch",
-        "-r",
-        "-",
-        "-d",
-        directory,
-        "-i",
-        os.path.abspath(patch_path),
-    ]
+    argv = [patch_bin, "-p%d" % _STRIP, "--batch", "--forward", "--fuzz=0",
+            "--no-backup-if-mismatch", "-r", "-", "-d", directory, "-i",
+            os.path.abspath(patch_path)]
     if reverse:
         argv.append("--reverse")
     if dry_run:
         argv.append("--dry-run")
-    proc = subprocess.run(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=_patch_env(),
-        check=False,
-    )
+    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=_patch_env(), check=False)
     return proc.returncode, proc.stdout
+
+
+def _apply(patch_bin, directory, patch):
+    """Dry run first: a patch with one failing hunk would otherwise leave the others applied."""
+    rc, out = run_patch(patch_bin, directory, patch.path, dry_run=True)
+    return run_patch(patch_bin, directory, patch.path) if rc == 0 else (rc, out)
 
 
 def patch_state(patch_bin, directory, patch):
@@ -454,77 +395,48 @@ def patch_state(patch_bin, directory, patch):
     if rc_rev == 0 and rc_fwd != 0:
         return "applied", out_rev
     if rc_rev == 0 and rc_fwd == 0:
-        return "ambiguous", "patch applies both forward and in reverse; refusing to guess\n" + out_fwd
+        return "ambiguous", ("patch applies both forward and in reverse; refusing to guess\n"
+                             + out_fwd)
     return "conflict", out_fwd
 
 
-def _copy_targets(site, patches, scratch):
-    for patch in patches:
-        for rel in patch.files:
-            src = os.path.join(site, rel)
-            dst = os.path.join(scratch, rel)
-            if os.path.exists(dst):
-                continue
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            if os.path.isfile(src):
-                shutil.copy2(src, dst)
-
-
-def plan_patches(patch_bin, site, patches, scratch=None):
+def plan_patches(patch_bin, site, patches, scratch):
     """Decide which patches are applied and which must still be applied.
 
-    Works on a scratch copy of the touched files: patches found applied are
-    peeled off from the last to the first, then the whole set is replayed
-    forward, so patches that depend on earlier ones are judged correctly.
-    Returns ``(already_applied, to_apply, scratch_dir)`` where the scratch dir
-    holds the fully patched files (the caller removes it). Raises
-    PatchConflictError (nothing changed in ``site``) when a patch can be
-    neither.
+    Works on a copy of the touched files in the empty directory ``scratch`` (which holds the
+    fully patched files afterwards): patches found applied are peeled off from the last to the
+    first, then the whole set is replayed forward, so patches that depend on earlier ones are
+    judged correctly. Returns ``(already_applied names, PatchFile list to apply)``. Raises
+    PatchConflictError (nothing changed in ``site``) when a patch can be neither.
     """
-    own_scratch = scratch is None
-    if own_scratch:
-        scratch = tempfile.mkdtemp(prefix="ddtree-patch-plan-")
-    try:
-        _copy_targets(site, patches, scratch)
-        applied = [False] * len(patches)
-        for index in range(len(patches) - 1, -1, -1):
-            state, out = patch_state(patch_bin, scratch, patches[index])
-            if state == "ambiguous":
-                raise PatchConflictError(
-                    "%s: %s" % (patches[index].name, out.strip()),
-                    patch=patches[index].name,
-                    output=out,
-                )
-            if state == "applied":
-                rc, out = run_patch(patch_bin, scratch, patches[index].path, reverse=True)
-                if rc != 0:  # pragma: no cover - dry run said it would work
-                    raise PatchConflictError(
-                        "%s: reverse apply failed in the scratch copy" % patches[index].name,
-                        patch=patches[index].name,
-                        output=out,
-                    )
-                applied[index] = True
-        for index, patch in enumerate(patches):
-            rc, out = run_patch(patch_bin, scratch, patch.path, dry_run=True)
-            if rc == 0:
-                rc, out = run_patch(patch_bin, scratch, patch.path)
-            if rc != 0:
-                if applied[index]:
-                    why = "it looks applied, but not on top of the patches before it"
-                else:
-                    why = "it is neither applied nor cleanly applicable"
-                raise PatchConflictError(
-                    "%s: %s. GNU patch said:\n%s" % (patch.name, why, out.strip()),
-                    patch=patch.name,
-                    output=out,
-                )
-        already = [p.name for p, done in zip(patches, applied) if done]
-        todo = [p for p, done in zip(patches, applied) if not done]
-        return already, todo, scratch
-    except BaseException:
-        if own_scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-        raise
+    for rel in dict.fromkeys(f for p in patches for f in p.files):
+        dst = os.path.join(scratch, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if os.path.isfile(os.path.join(site, rel)):
+            shutil.copy2(os.path.join(site, rel), dst)
+    applied = set()
+    for patch in reversed(patches):
+        state, out = patch_state(patch_bin, scratch, patch)
+        if state == "ambiguous":
+            raise PatchConflictError("%s: %s" % (patch.name, out.strip()), patch=patch.name,
+                                     output=out)
+        if state == "applied":
+            rc, out = run_patch(patch_bin, scratch, patch.path, reverse=True)
+            if rc != 0:  # pragma: no cover - dry run said it would work
+                raise PatchConflictError("%s: reverse apply failed in the scratch copy"
+                                         % patch.name, patch=patch.name, output=out)
+            applied.add(patch.name)
+    for patch in patches:
+        rc, out = _apply(patch_bin, scratch, patch)
+        if rc != 0:
+            if patch.name in applied:
+                why = "it looks applied, but not on top of the patches before it"
+            else:
+                why = "it is neither applied nor cleanly applicable"
+            raise PatchConflictError("%s: %s. GNU patch said:\n%s" % (patch.name, why, out.strip()),
+                                     patch=patch.name, output=out)
+    return ([p.name for p in patches if p.name in applied],
+            [p for p in patches if p.name not in applied])
 
 
 def reverse_patches(patch_bin, site, patches):
@@ -533,7 +445,7 @@ def reverse_patches(patch_bin, site, patches):
     Returns the names reversed; raises PatchSetError if one cannot be.
     """
     reversed_names = []
-    for patch in reversed(list(patches)):
+    for patch in reversed(patches):
         rc, out = run_patch(patch_bin, site, patch.path, reverse=True)
         if rc != 0:
             raise PatchSetError(
@@ -548,15 +460,12 @@ def reverse_patches(patch_bin, site, patches):
 def apply_patches(patch_bin, site, patches):
     """Apply ``patches`` in order; all or nothing.
 
-    Each patch is dry-run first. On the first failure the patches applied by
-    this call are reversed and PatchConflictError is raised. Returns the names
-    applied.
+    On the first failure the patches applied by this call are reversed and PatchConflictError
+    is raised. Returns the names applied.
     """
     done = []
     for patch in patches:
-        rc, out = run_patch(patch_bin, site, patch.path, dry_run=True)
-        if rc == 0:
-            rc, out = run_patch(patch_bin, site, patch.path)
+        rc, out = _apply(patch_bin, site, patch)
         if rc != 0:
             rolled = reverse_patches(patch_bin, site, done)
             raise PatchConflictError(
@@ -575,29 +484,15 @@ def apply_patches(patch_bin, site, patches):
 # --------------------------------------------------------------------------
 
 
-def _check_relpath(rel):
-    norm = os.path.normpath(rel)
-    if os.path.isabs(rel) or norm.startswith(".."):
-        raise PatchSetError("expect path %r must be relative to site-packages" % rel)
-    return norm
-
-
 def verify_tree(roots, files, expect=None):
     """Return a list of problems (empty when fine).
 
-    ``roots`` is a directory or a list searched in order (a scratch copy
-    first, then the real tree). Every ``.py`` file in ``files`` must compile;
-    each ``expect`` entry (relative path -> strings) must be present.
+    A file is looked up in the directories ``roots`` in order (a scratch copy first, then the
+    real tree). Every ``.py`` file in ``files`` must compile; each ``expect`` entry (relative
+    path -> strings) must be present.
     """
-    if isinstance(roots, str):
-        roots = [roots]
-
     def locate(rel):
-        for root in roots:
-            candidate = os.path.join(root, rel)
-            if os.path.isfile(candidate):
-                return candidate
-        return None
+        return next((p for p in (os.path.join(r, rel) for r in roots) if os.path.isfile(p)), None)
 
     problems = []
     for rel in files:
@@ -614,19 +509,26 @@ def verify_tree(roots, files, expect=None):
         except (SyntaxError, ValueError) as exc:
             problems.append("%s: does not compile: %s" % (rel, exc))
     for rel, markers in sorted((expect or {}).items()):
-        rel = _check_relpath(rel)
-        if isinstance(markers, str):
-            markers = [markers]
-        path = locate(rel)
+        norm = os.path.normpath(rel)
+        if os.path.isabs(norm) or norm.startswith(".."):
+            raise PatchSetError("expect path %r must be relative to site-packages" % rel)
+        path = locate(norm)
         if path is None:
-            problems.append("%s: expected file is missing" % rel)
+            problems.append("%s: expected file is missing" % norm)
             continue
         with open(path, "r", encoding="utf-8", errors="replace") as handle:
             text = handle.read()
-        for marker in markers:
+        for marker in [markers] if isinstance(markers, str) else markers:
             if marker not in text:
-                problems.append("%s: expected marker %r not found" % (rel, marker))
+                problems.append("%s: expected marker %r not found" % (norm, marker))
     return problems
+
+
+def _verified(roots, files, expect):
+    problems = verify_tree(roots, files, expect)
+    if problems:
+        raise VerificationError("the patched tree fails verification: " + "; ".join(problems),
+                                problems=problems)
 
 
 # --------------------------------------------------------------------------
@@ -634,36 +536,32 @@ def verify_tree(roots, files, expect=None):
 # --------------------------------------------------------------------------
 
 
-def stamp_path(site, relpath=STAMP_RELPATH):
-    return os.path.join(site, relpath)
+def stamp_path(site):
+    return os.path.join(site, STAMP_RELPATH)
 
 
-def read_stamp(site, relpath=STAMP_RELPATH):
+def read_stamp(site):
     """The stamp dict, or None when absent; unreadable stamps read as None."""
-    path = stamp_path(site, relpath)
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        with open(stamp_path(site), "r", encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def make_stamp(entries, applied_at=None, files=None):
-    """The stamp record; ``files`` maps each touched file to its sha256 once the set is applied
-    and verified (what stamp_holds compares a later run with)."""
+def make_stamp(entries, applied_at=None):
+    """The stamp record; ensure_patchset adds ``files`` (each touched file's sha256) once the
+    set is applied and verified, which is what stamp_holds compares a later run with."""
     pairs = normalize_entries(entries)
     if applied_at is None:
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
         applied_at = now.isoformat().replace("+00:00", "Z")
-    stamp = {
+    return {
         "fingerprint": patchset_fingerprint(pairs),
         "patches": [{"name": n, "sha256": s} for n, s in pairs],
         "applied_at": applied_at,
     }
-    if files is not None:
-        stamp["files"] = dict(files)
-    return stamp
 
 
 def file_digests(site, files):
@@ -687,22 +585,25 @@ def stamp_holds(stamp, entries, site, files):
     return file_digests(site, files) == recorded
 
 
-def stamp_matches(stamp, entries):
+def _recorded(stamp):
+    """The (name, sha256) pairs a stamp records, or None when it records none readably."""
     if not isinstance(stamp, dict):
-        return False
+        return None
     try:
-        recorded = normalize_entries(stamp.get("patches") or [])
+        return normalize_entries(stamp.get("patches") or [])
     except PatchSetError:
-        return False
+        return None
+
+
+def stamp_matches(stamp, entries):
     pairs = normalize_entries(entries)
-    return recorded == pairs and stamp.get("fingerprint") == patchset_fingerprint(pairs)
+    return _recorded(stamp) == pairs and stamp.get("fingerprint") == patchset_fingerprint(pairs)
 
 
-def write_stamp(site, stamp, relpath=STAMP_RELPATH):
+def write_stamp(site, stamp):
     """Write the stamp atomically (temp file + rename in the same directory)."""
-    path = stamp_path(site, relpath)
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".ddtree-patchset.", dir=directory)
+    path = stamp_path(site)
+    fd, tmp = tempfile.mkstemp(prefix=".ddtree-patchset.", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(stamp, handle, indent=2, sort_keys=True)
@@ -716,32 +617,12 @@ def write_stamp(site, stamp, relpath=STAMP_RELPATH):
     return path
 
 
-def _foreign_stamp(stamp, entries):
-    """Names in an existing stamp that are not part of ``entries`` (same sha)."""
-    if not isinstance(stamp, dict):
-        return []
-    try:
-        recorded = normalize_entries(stamp.get("patches") or [])
-    except PatchSetError:
-        return []
-    current = set(normalize_entries(entries))
-    return ["%s (%s)" % (n, s[:12]) for n, s in recorded if (n, s) not in current]
-
-
 # --------------------------------------------------------------------------
 # the whole operation
 # --------------------------------------------------------------------------
 
 
-def ensure_patchset(
-    site,
-    patch_paths,
-    checksums,
-    expect=None,
-    check_mode=False,
-    patch_bin=None,
-    stamp_relpath=STAMP_RELPATH,
-):
+def ensure_patchset(site, patch_paths, checksums, expect=None, check_mode=False, patch_bin=None):
     """Bring ``site`` to "every patch applied, stamp written".
 
     Returns a dict: changed, fingerprint, applied (names applied, or that would
@@ -753,76 +634,55 @@ def ensure_patchset(
     site = os.path.abspath(site)
     if not os.path.isdir(site):
         raise PatchSetError("site-packages directory %s does not exist" % site)
-    stamp_dir = os.path.dirname(stamp_path(site, stamp_relpath))
-    if not os.path.isdir(stamp_dir):
-        raise PatchSetError("%s does not exist: is the package installed in %s?" % (stamp_dir, site))
+    path = stamp_path(site)
+    if not os.path.isdir(os.path.dirname(path)):
+        raise PatchSetError("%s does not exist: is the package installed in %s?"
+                            % (os.path.dirname(path), site))
 
     patches = load_patches(patch_paths, checksums)
     entries = [p.entry() for p in patches]
     fingerprint = patchset_fingerprint(entries)
-    existing = read_stamp(site, stamp_relpath)
-    foreign = _foreign_stamp(existing, entries)
+    existing = read_stamp(site)
+    requested = set(normalize_entries(entries))
+    foreign = ["%s (%s)" % (n, s[:12]) for n, s in _recorded(existing) or []
+               if (n, s) not in requested]
     if foreign:
         raise PatchSetError(
             "%s records patches outside the requested set: %s. This tree was patched with "
             "a different patch set (stamp fingerprint %s, requested %s); install into a "
             "fresh venv instead of re-patching this one."
-            % (stamp_path(site, stamp_relpath), ", ".join(foreign), existing.get("fingerprint"), fingerprint)
+            % (path, ", ".join(foreign), existing.get("fingerprint"), fingerprint)
         )
 
-    all_files = []
-    for patch in patches:
-        all_files.extend(f for f in patch.files if f not in all_files)
-    result = {
-        "changed": False,
-        "fingerprint": fingerprint,
-        "applied": [],
-        "already_applied": [],
-        "files": [],
-        "stamp_path": stamp_path(site, stamp_relpath),
-        "stamp": existing,
-        "patches": [],
-    }
+    all_files = list(dict.fromkeys(f for p in patches for f in p.files))
+    result = {"changed": False, "fingerprint": fingerprint, "applied": [], "already_applied": [],
+              "files": [], "stamp_path": path, "stamp": existing, "patches": []}
     if patches and stamp_holds(existing, entries, site, all_files):
         # Applied and verified before, and untouched since: a no-op read (the fleet's state read
         # runs this on every host of every drift run) costs hashing, not a GNU patch replay.
-        problems = verify_tree(site, [], expect)
-        if problems:
-            raise VerificationError("the patched tree fails verification: " + "; ".join(problems), problems=problems)
+        _verified([site], [], expect)
         result["already_applied"] = [p.name for p in patches]
         return result
-    patch_bin = find_patch_executable(patch_bin)
+    patch_bin = patch_bin or shutil.which("patch")
+    if not patch_bin:
+        raise PatchSetError("GNU patch is not installed (install the 'patch' package)")
 
-    already, todo, scratch = plan_patches(patch_bin, site, patches) if patches else ([], [], None)
-    try:
+    with tempfile.TemporaryDirectory(prefix="ddtree-patch-plan-") as scratch:
+        already, todo = plan_patches(patch_bin, site, patches, scratch)
         # Verify the would-be result first (scratch copy over the real tree).
-        roots = [scratch, site] if scratch else [site]
-        problems = verify_tree(roots, all_files, expect)
-        if problems:
-            raise VerificationError("the patched tree fails verification: " + "; ".join(problems), problems=problems)
-    finally:
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-
-    result["already_applied"] = already
-    result["applied"] = [p.name for p in todo]
-    result["patches"] = todo
-    touched = []
-    for patch in todo:
-        touched.extend(f for f in patch.files if f not in touched)
-    result["files"] = touched
-
+        _verified([scratch, site], all_files, expect)
+    result.update(already_applied=already, applied=[p.name for p in todo], patches=todo,
+                  files=list(dict.fromkeys(f for p in todo for f in p.files)))
     if not todo and stamp_matches(existing, entries):
         return result
 
     stamp = make_stamp(entries)
-    result["changed"] = True
-    result["stamp"] = stamp
+    result.update(changed=True, stamp=stamp)
     if check_mode:
         return result
 
     apply_patches(patch_bin, site, todo)
-    problems = verify_tree(site, all_files, expect)
+    problems = verify_tree([site], all_files, expect)
     if problems:
         rolled = reverse_patches(patch_bin, site, todo)
         raise VerificationError(
@@ -833,8 +693,9 @@ def ensure_patchset(
         )
     stamp["files"] = file_digests(site, all_files)
     try:
-        write_stamp(site, stamp, stamp_relpath)
+        write_stamp(site, stamp)
     except OSError as exc:
         rolled = reverse_patches(patch_bin, site, todo)
-        raise PatchSetError("cannot write the stamp (rolled back: %s): %s" % (", ".join(rolled), exc))
+        raise PatchSetError("cannot write the stamp (rolled back: %s): %s"
+                            % (", ".join(rolled), exc))
     return result

@@ -180,26 +180,8 @@ problems:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ddtree_patch import (
-    PatchConflictError,
-    PatchSetError,
-    VerificationError,
-    check_gnu_patch,
-    ensure_patchset,
-)
-
-
-def _diff_entries(site, result):
-    entries = []
-    for patch in result["patches"]:
-        entries.append(
-            {
-                "before_header": "%s (without %s)" % (site, patch.name),
-                "after_header": "%s (with %s)" % (site, patch.name),
-                "prepared": "# %s\n%s" % (patch.name, patch.text if patch.text.endswith("\n") else patch.text + "\n"),
-            }
-        )
-    return entries
+from ansible.module_utils.ddtree_patch import (PatchConflictError, PatchSetError,
+                                               VerificationError, check_gnu_patch, ensure_patchset)
 
 
 def main():
@@ -217,61 +199,44 @@ def main():
     params = module.params
     site = params["site_packages"]
 
-    expect = {}
-    for rel, markers in (params["expect"] or {}).items():
-        if isinstance(markers, str):
-            markers = [markers]
-        if not isinstance(markers, list) or not all(isinstance(m, str) for m in markers):
+    expect = params["expect"] or {}
+    for rel, markers in expect.items():
+        # a single string is one marker (verify_tree takes it as such)
+        if not isinstance(markers, (str, list)) or not all(isinstance(m, str) for m in markers):
             module.fail_json(msg="expect[%r] must be a list of strings, got %r" % (rel, markers))
-        expect[rel] = markers
 
     patch_bin = params["patch_executable"] or module.get_bin_path("patch")
     if not patch_bin:
-        module.fail_json(
-            msg="GNU patch is required on the target to apply the sglang patch set; "
-            "install the 'patch' package first.",
-            site_packages=site,
-        )
+        module.fail_json(msg="GNU patch is required on the target to apply the sglang patch set; "
+                             "install the 'patch' package first.", site_packages=site)
     try:
         version = check_gnu_patch(patch_bin)
     except PatchSetError as exc:
         module.fail_json(msg=str(exc), site_packages=site)
 
     try:
-        result = ensure_patchset(
-            site,
-            params["patches"],
-            {str(k): str(v) for k, v in params["checksums"].items()},
-            expect=expect,
-            check_mode=module.check_mode,
-            patch_bin=patch_bin,
-        )
+        result = ensure_patchset(site, params["patches"], params["checksums"], expect=expect,
+                                 check_mode=module.check_mode, patch_bin=patch_bin)
     except PatchConflictError as exc:
-        module.fail_json(
-            msg=str(exc),
-            failed_patch=exc.patch,
-            patch_output=exc.output,
-            rolled_back=exc.rolled_back,
-            site_packages=site,
-        )
+        module.fail_json(msg=str(exc), failed_patch=exc.patch, patch_output=exc.output,
+                         rolled_back=exc.rolled_back, site_packages=site)
     except VerificationError as exc:
-        module.fail_json(msg=str(exc), problems=exc.problems, rolled_back=exc.rolled_back, site_packages=site)
+        module.fail_json(msg=str(exc), problems=exc.problems, rolled_back=exc.rolled_back,
+                         site_packages=site)
     except (PatchSetError, OSError) as exc:
         module.fail_json(msg=str(exc), site_packages=site)
 
-    output = dict(
-        changed=result["changed"],
-        fingerprint=result["fingerprint"],
-        applied=result["applied"],
-        already_applied=result["already_applied"],
-        files=result["files"],
-        stamp=result["stamp"],
-        stamp_path=result["stamp_path"],
-        patch_version=version,
-    )
+    output = {key: result[key] for key in ("changed", "fingerprint", "applied", "already_applied",
+                                           "files", "stamp", "stamp_path")}
     if module._diff and result["patches"]:
-        output["diff"] = _diff_entries(os.path.abspath(site), result)
-    module.exit_json(**output)
+        site = os.path.abspath(site)
+        output["diff"] = []
+        for patch in result["patches"]:
+            text = patch.text if patch.text.endswith("\n") else patch.text + "\n"
+            output["diff"].append({"before_header": "%s (without %s)" % (site, patch.name),
+                                   "after_header": "%s (with %s)" % (site, patch.name),
+                                   "prepared": "# %s\n%s" % (patch.name, text)})
+    module.exit_json(patch_version=version, **output)
 
 
 if __name__ == "__main__":

@@ -35,18 +35,16 @@ The final event is parsed in full once, for ``meta_info``.  This matches
 bench_serving's treatment of a chunk that carries several tokens: its gap is
 divided evenly over its tokens.
 
-The HTTP/1.1 messages (request, response head, body framing) are ddtree_http's, the one
-owner of the wire format; this module keeps only the asyncio transport around them.
-
-Imported by bin/ddtree-bench (with module_utils/ on sys.path) and usable as
-``ansible.module_utils.ddtree_bench`` (it then takes ``ansible.module_utils.ddtree_http``);
-it must not import ansible itself.
+The HTTP/1.1 messages are ddtree_http's; this module keeps only the asyncio transport.
+Imported as ``ansible.module_utils.ddtree_bench`` (sglang_bench) and as ``ddtree_bench``
+with module_utils/ on sys.path (bin/ddtree-bench): it must not import ansible itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -166,9 +164,8 @@ def _summary(prefix: str, values_s, out: dict) -> None:
     out[f"mean_{prefix}_ms"] = mean(ms)
     out[f"median_{prefix}_ms"] = percentile(ms, 50)
     out[f"std_{prefix}_ms"] = std(ms)
-    out[f"p90_{prefix}_ms"] = percentile(ms, 90)
-    out[f"p95_{prefix}_ms"] = percentile(ms, 95)
-    out[f"p99_{prefix}_ms"] = percentile(ms, 99)
+    for p in (90, 95, 99):
+        out[f"p{p}_{prefix}_ms"] = percentile(ms, p)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,52 +214,36 @@ def level_metrics(records, duration_s: float, accept_length=None, concurrency=No
     """
     if duration_s <= 0:
         raise ValueError("duration_s must be > 0")
-    ttfts, tpots, itls, e2es = [], [], [], []
-    total_in = total_out = completed = 0
-    errors = []
-    per_req_accept = []
-    ok = []
-    for rec in records:
-        if rec.get("error"):
-            errors.append(str(rec["error"]))
-            continue
-        m = request_metrics(rec)
-        ok.append((rec, m))
-        completed += 1
-        total_in += int(rec.get("prompt_tokens") or 0)
-        total_out += m["output_len"]
-        ttfts.append(m["ttft"])
-        e2es.append(m["latency"])
-        if m["tpot"] is not None:
-            tpots.append(m["tpot"])
-        itls.extend(m["itl"])
-        if rec.get("accept_length") is not None:
-            per_req_accept.append(float(rec["accept_length"]))
-
+    errors = [str(rec["error"]) for rec in records if rec.get("error")]
+    ok = [(rec, request_metrics(rec)) for rec in records if not rec.get("error")]
+    total_in = sum(int(rec.get("prompt_tokens") or 0) for rec, _ in ok)
+    total_out = sum(m["output_len"] for _, m in ok)
+    itls = [gap for _, m in ok for gap in m["itl"]]
+    e2es = [m["latency"] for _, m in ok]
+    per_req_accept = [float(rec["accept_length"]) for rec, _ in ok
+                      if rec.get("accept_length") is not None]
     out = {
         "concurrency": concurrency,
         "num_requests": len(records),
-        "completed": completed,
+        "completed": len(ok),
         "failed": len(errors),
         "duration": duration_s,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
-        "request_throughput": completed / duration_s,
+        "request_throughput": len(ok) / duration_s,
         "input_throughput": total_in / duration_s,
         "output_throughput": total_out / duration_s,
         "total_throughput": (total_in + total_out) / duration_s,
     }
     out["total_token_throughput"] = out["total_throughput"]   # the name bench_serving prints
-    _summary("ttft", ttfts, out)
-    _summary("tpot", tpots, out)
+    _summary("ttft", [m["ttft"] for _, m in ok], out)
+    _summary("tpot", [m["tpot"] for _, m in ok if m["tpot"] is not None], out)
     _summary("itl", itls, out)
     out["max_itl_ms"] = max(itls) * 1000.0 if itls else 0.0
     _summary("e2e_latency", e2es, out)
     # bench_serving's "concurrency": the mean number of requests in flight.
     out["mean_concurrency"] = math.fsum(e2es) / duration_s
-    peak_tok, peak_req = peak_per_second(ok)
-    out["max_output_tokens_per_s"] = peak_tok
-    out["max_concurrent_requests"] = peak_req
+    out["max_output_tokens_per_s"], out["max_concurrent_requests"] = peak_per_second(ok)
     if accept_length is not None:
         out["accept_length"] = float(accept_length)
         out["accept_length_source"] = "server_info"
@@ -293,13 +274,8 @@ def peak_per_second(ok) -> tuple:
     tok = [0] * nb
     req = [0] * nb
     for rec, m in ok:
-        t = rec["start"] + m["ttft"]
-        times = [t]
-        for gap in m["itl"]:
-            t += gap
-            times.append(t)
-        for tt in times:
-            b = int(tt - t0)
+        for t in itertools.accumulate(m["itl"], initial=rec["start"] + m["ttft"]):
+            b = int(t - t0)
             if 0 <= b < nb:
                 tok[b] += 1
         first = int(rec["start"] - t0)
@@ -322,9 +298,7 @@ def parse_base_url(url: str) -> dict:
 
 
 async def _open(target: dict, timeout: float):
-    ctx = None
-    if target["scheme"] == "https":
-        ctx = ssl.create_default_context()
+    ctx = ssl.create_default_context() if target["scheme"] == "https" else None
     reader, writer = await asyncio.wait_for(
         asyncio.open_connection(target["host"], target["port"], ssl=ctx, limit=1 << 22),
         timeout)
@@ -357,11 +331,7 @@ def _quickack(sock) -> None:
             pass
 
 
-async def _read_head(reader) -> tuple:
-    return parse_head(await reader.readuntil(b"\r\n\r\n"))
-
-
-async def _read_body(reader, headers: dict, status=None, limit: int = 1 << 20,
+async def _read_body(reader, headers: dict, status: int, limit: int = 1 << 20,
                      strict: bool = True) -> bytes:
     """The body of a small response, at most ``limit`` bytes of it.
 
@@ -379,17 +349,15 @@ async def _read_body(reader, headers: dict, status=None, limit: int = 1 << 20,
     return bytes(out[:limit])
 
 
-async def http_json(base_url: str, path: str, api_key=None, timeout: float = 10.0,
-                    method: str = "GET", payload=None):
-    """(status, parsed JSON or text) of a small request."""
+async def http_json(base_url: str, path: str, api_key=None, timeout: float = 10.0):
+    """(status, parsed JSON or text) of a small GET."""
     target = parse_base_url(base_url)
-    body = canonical_json(payload) if payload is not None else None
     reader, writer = await _open(target, timeout)
     try:
-        writer.write(request_bytes(target, method, path, body, api_key=api_key,
-                                   user_agent=USER_AGENT))
+        writer.write(request_bytes(target, "GET", path, api_key=api_key, user_agent=USER_AGENT))
         await writer.drain()
-        status, headers = await asyncio.wait_for(_read_head(reader), timeout)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+        status, headers = parse_head(head)
         data = await asyncio.wait_for(_read_body(reader, headers, status), timeout)
     finally:
         writer.close()
@@ -419,15 +387,14 @@ class ConnectionPool:
 
     A closed-loop worker takes a connection, runs one request on it and gives it back,
     so a level with c workers opens about c connections in its warm-up and none while it
-    is measured.  Opening is serialised (``connect_gate``) so that a burst of c workers
+    is measured.  At most 4 connections are opened at a time so that a burst of c workers
     never overflows a small listen backlog (a SYN dropped there costs a 1 s retransmit).
     """
 
-    def __init__(self, target: dict, connect_gate: int = 4):
+    def __init__(self, target: dict):
         self.target = target
         self.idle = []
-        self.gate = asyncio.Semaphore(connect_gate)
-        self.opened = 0
+        self.gate = asyncio.Semaphore(4)
 
     async def get(self, timeout: float) -> tuple:
         """(reader, writer, reused)."""
@@ -438,7 +405,6 @@ class ConnectionPool:
             writer.close()
         async with self.gate:
             reader, writer = await _open(self.target, timeout)
-        self.opened += 1
         return reader, writer, False
 
     def put(self, reader, writer) -> None:
@@ -476,7 +442,7 @@ async def stream_generate(target: dict, body: bytes, api_key=None,
             writer.write(request_bytes(target, "POST", "/generate", body, api_key=api_key,
                                        keep_alive=pool is not None, user_agent=USER_AGENT))
             await writer.drain()
-            status, headers = await _read_head(reader)
+            status, headers = parse_head(await reader.readuntil(b"\r\n\r\n"))
             conn["head"] = True
             if status != 200:
                 data = await _read_body(reader, headers, status, limit=4096, strict=False)
@@ -638,10 +604,8 @@ def _record_final(ev: bytes, rec: dict) -> None:
     meta = obj.get("meta_info") or {}
     if meta.get("prompt_tokens") is not None:
         rec["prompt_tokens"] = int(meta["prompt_tokens"])
-    if meta.get("completion_tokens") is not None:
-        rec["output_tokens"] = int(meta["completion_tokens"])
-    elif isinstance(obj.get("output_ids"), list):
-        rec["output_tokens"] = len(obj["output_ids"])
+    if meta.get("completion_tokens") is not None or isinstance(obj.get("output_ids"), list):
+        rec["output_tokens"] = _tokens_in(obj)
     # spec_* are in the finished event only (SGLang's tokenizer manager); this is that event.
     if meta.get("spec_accept_length") is not None:
         rec["accept_length"] = float(meta["spec_accept_length"])

@@ -17,24 +17,20 @@ def ddtree_drift_textfile(entries, timestamp):
     return ddtree_report.textfile(list(entries or []), float(timestamp))
 
 
-def ddtree_slice(text):
-    try:
-        return ddtree_report.parse_slice(text)
-    except ddtree_report.ReportError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-def ddtree_slice_suffix(text):
-    try:
-        return ddtree_report.slice_suffix(text)
-    except ddtree_report.ReportError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+def _slice_filter(func):
+    """``func`` (parse_slice or slice_suffix) with a bad K/N reported as a filter error."""
+    def run(text):
+        try:
+            return func(text)
+        except ddtree_report.ReportError as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+    return run
 
 
 class FilterModule:
     def filters(self):
         return {
             "ddtree_drift_textfile": ddtree_drift_textfile,
-            "ddtree_slice": ddtree_slice,
-            "ddtree_slice_suffix": ddtree_slice_suffix,
+            "ddtree_slice": _slice_filter(ddtree_report.parse_slice),
+            "ddtree_slice_suffix": _slice_filter(ddtree_report.slice_suffix),
         }

@@ -95,13 +95,12 @@ def merge(reports):
         raise ReportError("slices of runs cut in different numbers of parts: %s" % counts)
     count = counts[0]
     numbers = sorted(s["number"] for s in slices)
-    doubled = sorted({n for n in numbers if numbers.count(n) > 1})
     missing = [n for n in range(1, count + 1) if n not in numbers]
-    if doubled or missing:
-        raise ReportError("slices of %d: %s%s" % (
-            count,
-            ("missing %s" % ", ".join(map(str, missing))) if missing else "",
-            ("%sdoubled %s" % ("; " if missing else "", ", ".join(map(str, doubled)))) if doubled else ""))
+    doubled = sorted({n for n in numbers if numbers.count(n) > 1})
+    problems = ["%s %s" % (what, ", ".join(map(str, ns)))
+                for what, ns in (("missing", missing), ("doubled", doubled)) if ns]
+    if problems:
+        raise ReportError("slices of %d: %s" % (count, "; ".join(problems)))
     ordered = sorted(reports, key=lambda r: r["slice"]["number"])
     seen = {}
     hosts = []
@@ -112,14 +111,12 @@ def merge(reports):
                     entry["host"], seen[entry["host"]], report["slice"]["number"]))
             seen[entry["host"]] = report["slice"]["number"]
             hosts.append(entry)
-    started = [r["started"] for r in ordered if r.get("started")]
-    finished = [r["finished"] for r in ordered if r.get("finished")]
     return {
         "kind": kinds[0],
         "run": ",".join(r.get("run", "") for r in ordered),
         "check_mode": bool(ordered[0].get("check_mode")),
-        "started": min(started) if started else "",
-        "finished": max(finished) if finished else "",
+        "started": min((r["started"] for r in ordered if r.get("started")), default=""),
+        "finished": max((r["finished"] for r in ordered if r.get("finished")), default=""),
         "slice": None,
         "slices": [{"number": r["slice"]["number"], "run": r.get("run", ""),
                     "hosts": [e["host"] for e in r.get("hosts") or []]} for r in ordered],

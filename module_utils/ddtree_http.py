@@ -1,27 +1,19 @@
 # -*- coding: utf-8 -*-
 """HTTP/1.1 on the wire for the probe, the benchmark and the health wait (stdlib only).
 
-The one owner of HTTP/1.1 message handling in ddtree-fleet:
+Sans-IO pieces, shared with the asyncio client of ``ddtree_bench``: ``parse_base_url``,
+``request_bytes``, ``parse_head`` and ``BodyDecoder`` (RFC 9112 section 6.3 framing).
+``Stream`` sends one request over a raw socket and reads the response with hard deadlines;
+``get_json`` is one small request with an overall timeout.  Every error raised here is an
+``HttpError``; ``BadURL`` and ``ProtocolError`` (bad input or bad bytes) are ``ValueError`` too.
 
-* sans-IO pieces, shared by the synchronous client below and by the asyncio client of
-  ``ddtree_bench``: ``parse_base_url`` (the base URL a server is given by), ``request_bytes``
-  (one request message), ``parse_head`` (status line and header fields of a response) and
-  ``BodyDecoder`` (the body's framing, RFC 9112 section 6.3: chunked with extensions and
-  trailers, Content-Length, or read until the connection closes);
-* ``Stream``: one request over a raw socket whose response is read with hard deadlines (the
-  probe's streaming reads: a timed-out read on http.client's buffered file leaves it unusable);
-* ``get_json``: one small request with an overall timeout, ``(status, JSON or text)`` back.
-
-Every error raised here is an ``HttpError``; those about bad input or bad bytes (``BadURL``,
-``ProtocolError``) are ``ValueError`` too.
-
-Imported as ``ansible.module_utils.ddtree_http`` by the modules and the module_utils they use
-(AnsiballZ ships it with them) and as ``ddtree_http`` with module_utils/ on sys.path (bin/, the
-tests).  It must not import ansible and must run on a host that only has python3.
+Imported as ``ansible.module_utils.ddtree_http`` by the modules (AnsiballZ ships it with them)
+and as ``ddtree_http`` with module_utils/ on sys.path (bin/, the tests): no ansible imports.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -81,6 +73,12 @@ class HttpTimeout(HttpError):
 # URLs
 # --------------------------------------------------------------------------
 
+def _netloc(host: str, port: int | None) -> str:
+    """host[:port], an IPv6 address in brackets."""
+    netloc = "[%s]" % host if ":" in host else host
+    return netloc + ":%d" % port if port else netloc
+
+
 def redact_url(url: str) -> str:
     """Drop user:password@ from a URL."""
     try:
@@ -90,11 +88,7 @@ def redact_url(url: str) -> str:
         return url
     if parts.username is None and parts.password is None:
         return url
-    if ":" in host:
-        host = "[%s]" % host
-    if port:
-        host = "%s:%d" % (host, port)
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return urllib.parse.urlunsplit(parts._replace(netloc=_netloc(host, port)))
 
 
 def parse_base_url(url: str) -> dict:
@@ -116,12 +110,9 @@ def parse_base_url(url: str) -> dict:
             or _UNSAFE_RE.search(host):
         raise BadURL("url must be http(s)://host[:port][/prefix], got %r%s"
                      % (redact_url(url), why))
-    host_header = "[%s]" % host if ":" in host else host
-    if port:
-        host_header += ":%d" % port
     return {"scheme": parts.scheme, "host": host,
             "port": port or (443 if parts.scheme == "https" else 80),
-            "prefix": parts.path.rstrip("/"), "host_header": host_header}
+            "prefix": parts.path.rstrip("/"), "host_header": _netloc(host, port)}
 
 
 # --------------------------------------------------------------------------
@@ -335,9 +326,7 @@ class BodyDecoder:
 
     def eof(self) -> None:
         """The peer closed the connection."""
-        if self.done:
-            return
-        if self.mode == "close":
+        if self.done or self.mode == "close":
             self.done = True
             return
         if self.mode == "length":
@@ -413,10 +402,7 @@ class Stream:
             raise HttpTimeout("no data within %.1f s" % remaining) from None
 
     def read_head(self, deadline: float):
-        while True:
-            end = head_end(self._raw)
-            if end >= 0:
-                break
+        while (end := head_end(self._raw)) < 0:
             data = self._recv(deadline)
             if not data:
                 raise ConnectionClosed("connection closed before the response headers")
@@ -443,17 +429,14 @@ class Stream:
 
     def close(self):
         if self.sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.sock.close()
-            except OSError:
-                pass
             self.sock = None
 
 
 def get_json(url: str, path: str, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-             *, method: str = "GET", payload=None, user_agent: str = USER_AGENT,
-             limit: int = MAX_JSON_BYTES, clock=time.monotonic) -> tuple:
-    """(status, parsed JSON or text) of one small request to ``url`` + ``path``.
+             *, user_agent: str = USER_AGENT, limit: int = MAX_JSON_BYTES) -> tuple:
+    """(status, parsed JSON or text) of one small GET of ``url`` + ``path``.
 
     Every status comes back (a 404 is an answer).  ``timeout`` bounds the whole exchange.
     Raises BadURL for a bad ``url``, and an HttpError when there is no whole answer:
@@ -461,13 +444,12 @@ def get_json(url: str, path: str, api_key: str | None = None, timeout: float = D
     failed or ended before the head) or ProtocolError (bad bytes, a cut body, more than
     ``limit`` bytes).
     """
-    stream = Stream(url, clock, user_agent)
-    deadline = clock() + timeout
-    body = json.dumps(payload).encode("utf-8") if payload is not None else None
+    stream = Stream(url, user_agent=user_agent)
+    deadline = time.monotonic() + timeout
     data = bytearray()
     try:
         stream.connect(timeout)
-        stream.send(method, path, body, headers={"Accept": "application/json"}, api_key=api_key)
+        stream.send("GET", path, headers={"Accept": "application/json"}, api_key=api_key)
         stream.read_head(deadline)
         while True:
             piece = stream.read_body(deadline)
@@ -477,8 +459,8 @@ def get_json(url: str, path: str, api_key: str | None = None, timeout: float = D
             if len(data) > limit:
                 raise ProtocolError("response from %s is larger than %d bytes" % (path, limit))
     except OSError as exc:
-        raise ConnectionClosed("%s %s to %s:%d failed: %s" % (
-            method, path, stream.target["host"], stream.target["port"],
+        raise ConnectionClosed("GET %s to %s:%d failed: %s" % (
+            path, stream.target["host"], stream.target["port"],
             getattr(exc, "strerror", None) or exc)) from None
     finally:
         stream.close()

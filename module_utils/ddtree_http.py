@@ -345,16 +345,15 @@ class Stream:
 
     ``connect(timeout)``, ``send(...)``, ``read_head(deadline)`` (sets ``status`` and
     ``headers``), then ``read_body(deadline)`` until it returns b''; ``close()`` at the end.
-    Deadlines are times of ``clock``.  A raw socket is used (not http.client) because a
+    Deadlines are times of ``time.monotonic()``.  A raw socket is used (not http.client) because a
     timed-out read on http.client's buffered file object leaves it unusable, and the probe
     needs to wake up on deadlines without losing the stream.  Raises Unreachable (connect),
     HttpTimeout (a deadline), ConnectionClosed (no head), ProtocolError / IncompleteBody (bad
     or cut bytes); a failed send or read raises its OSError.
     """
 
-    def __init__(self, url, clock=time.monotonic, user_agent: str = USER_AGENT):
+    def __init__(self, url, user_agent: str = USER_AGENT):
         self.target = url if isinstance(url, dict) else parse_base_url(url)
-        self.clock = clock
         self.user_agent = user_agent
         self.sock = None
         self.status = None
@@ -392,7 +391,7 @@ class Stream:
                                         api_key=api_key, user_agent=self.user_agent))
 
     def _recv(self, deadline: float) -> bytes:
-        remaining = deadline - self.clock()
+        remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise HttpTimeout("deadline passed")
         self.sock.settimeout(remaining)
@@ -444,7 +443,7 @@ def get_json(url: str, path: str, api_key: str | None = None, timeout: float = D
     failed or ended before the head) or ProtocolError (bad bytes, a cut body, more than
     ``limit`` bytes).
     """
-    stream = Stream(url, user_agent=user_agent)
+    stream = Stream(url, user_agent)
     deadline = time.monotonic() + timeout
     data = bytearray()
     try:

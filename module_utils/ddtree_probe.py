@@ -374,7 +374,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                  min_tokens_per_s=DEFAULT_MIN_TOKENS_PER_S, stall_timeout=DEFAULT_STALL_TIMEOUT,
                  ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,
                  request_timeout=DEFAULT_REQUEST_TIMEOUT, prior_tokens=0, prior_seconds=0.0,
-                 top_logprobs=DEFAULT_TOP_LOGPROBS, clock=time.monotonic) -> dict:
+                 top_logprobs=DEFAULT_TOP_LOGPROBS) -> dict:
     """Stream one prompt and judge it.
 
     ``prior_tokens`` / ``prior_seconds`` are the totals of the prompts already run: once
@@ -392,7 +392,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
            "reached": False}
     path, body = _request_for(endpoint, item, model, top_logprobs)
     acc = _Accumulator(endpoint)
-    t0 = clock()
+    t0 = time.monotonic()
     hard_deadline = t0 + request_timeout
     first_t = None
     first_tokens = 0
@@ -402,7 +402,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
     # so the early rate checks allow for the next step's tokens arriving right now.
     max_step = 0
     early = None          # (verdict, reason) when the probe gave up early
-    stream = Stream(_target(url), clock, USER_AGENT)
+    stream = Stream(_target(url), USER_AGENT)
     saw_done = False
 
     def finish_measurements(now):
@@ -438,7 +438,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
             # Read a short error body for the report.
             err = b""
             try:
-                end = min(clock() + 2.0, hard_deadline)
+                end = min(time.monotonic() + 2.0, hard_deadline)
                 while len(err) < 2000:
                     chunk = stream.read_body(end)
                     if not chunk:
@@ -458,11 +458,11 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                 early = (FAIL, "http_error: HTTP %d from %s: %s" % (st, path, detail))
         else:
             ctype = stream.headers.get("content-type", "")
-            headers_t = clock()
+            headers_t = time.monotonic()
             buf = b""
             rate_checked_at = None
             while True:
-                now = clock()
+                now = time.monotonic()
                 if first_t is None:
                     # The stream is open: a healthy server sends its first token within
                     # stall_timeout (short prompts prefill in milliseconds); ttft_timeout
@@ -479,7 +479,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                 try:
                     data = stream.read_body(wake)
                 except HttpTimeout:
-                    now = clock()
+                    now = time.monotonic()
                     if now >= deadline - 1e-3:
                         if now >= hard_deadline - 1e-3:
                             early = (FAIL, "request_timeout: generation not finished after "
@@ -523,7 +523,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                             early = (FAIL, "stream_error: %s" % str(acc.error)[:200])
                             break
                         if progressed:
-                            t = clock()
+                            t = time.monotonic()
                             if first_t is None:
                                 first_t = t
                                 first_tokens = acc.tokens
@@ -536,7 +536,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                         break
                 # Early rate checks once the window has elapsed: this request's decode
                 # rate, and the rate over all prompts so far (TTFT included).
-                now = clock()
+                now = time.monotonic()
                 cum_s = prior_seconds + (now - t0)
                 # (Before any token at all, the TTFT and stall limits decide.)
                 # Both give the server the benefit of one more step arriving now, so a stream
@@ -564,7 +564,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                 # Server ignored stream=true and sent one JSON body.
                 try:
                     acc.feed(json.loads(buf.decode("utf-8", "replace")))
-                    first_t = last_t = clock()
+                    first_t = last_t = time.monotonic()
                 except ValueError:
                     pass
     except Unreachable as exc:
@@ -586,7 +586,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
     finally:
         stream.close()
 
-    now = clock()
+    now = time.monotonic()
     finish_measurements(now)
     if early is not None:
         res["verdict"], reason = early
@@ -744,10 +744,9 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
               ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,
               request_timeout=DEFAULT_REQUEST_TIMEOUT, min_accept_length=None,
               baseline=None, min_speed_ratio=None, agreement=None,
-              top_logprobs=DEFAULT_TOP_LOGPROBS, read_server_info=True,
-              clock=time.monotonic) -> dict:
+              top_logprobs=DEFAULT_TOP_LOGPROBS, read_server_info=True) -> dict:
     """Probe a server and return the report dict (see module docstring)."""
-    start = clock()
+    start = time.monotonic()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     if endpoint not in ("generate", "completions"):
         raise ProbeError("endpoint must be 'generate' or 'completions', got %r" % endpoint)
@@ -802,7 +801,7 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
                            min_tokens_per_s=min_tokens_per_s, stall_timeout=stall_timeout,
                            ttft_timeout=ttft_timeout, rate_window_s=rate_window_s,
                            request_timeout=request_timeout, prior_tokens=cum_tokens,
-                           prior_seconds=cum_seconds, top_logprobs=top_logprobs, clock=clock)
+                           prior_seconds=cum_seconds, top_logprobs=top_logprobs)
         cum_tokens += res.get("completion_tokens") or 0
         cum_seconds += res.get("elapsed_s") or 0.0
         if not res["reached"] and any_reached:
@@ -864,7 +863,7 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
     report["verdict"] = verdict
     report["passed"] = verdict == PASS
     report["reasons"] = fails + inconcl
-    report["detection_seconds"] = _round(clock() - start)
+    report["detection_seconds"] = _round(time.monotonic() - start)
     return redact(report, [api_key] if api_key else [])
 
 

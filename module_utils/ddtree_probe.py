@@ -24,7 +24,6 @@ not import ansible and must run on a host that only has python3.
 from __future__ import annotations
 
 import datetime
-import errno
 import json
 import re
 import ssl
@@ -218,11 +217,6 @@ def _target(url):
         raise ProbeError(str(exc)) from None
 
 
-def _is_reset(exc: BaseException) -> bool:
-    return isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)) or (
-        isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE))
-
-
 # --------------------------------------------------------------------------
 # one prompt
 # --------------------------------------------------------------------------
@@ -401,31 +395,10 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
     # Most tokens one event brought: a scheduler step may add several (speculative decoding),
     # so the early rate checks allow for the next step's tokens arriving right now.
     max_step = 0
+    floor = EARLY_RATE_FRACTION * (min_tokens_per_s or 0)     # the early-fail rate
     early = None          # (verdict, reason) when the probe gave up early
     stream = Stream(_target(url), USER_AGENT)
     saw_done = False
-
-    def finish_measurements(now):
-        res["elapsed_s"] = _round(now - t0)
-        res["completion_tokens"] = acc.tokens
-        res["ttft_s"] = _round(first_t - t0) if first_t is not None else None
-        res["max_gap_s"] = _round(max_gap) if first_t is not None else None
-        rate = None
-        if first_t is not None and last_t is not None:
-            span = last_t - first_t
-            if span > 0.01 and acc.tokens > first_tokens:
-                rate = (acc.tokens - first_tokens) / span
-            elif acc.tokens and now > t0:
-                rate = acc.tokens / max(1e-6, (last_t - t0))
-        res["tokens_per_s"] = _round(rate, 2)
-        res["finish_reason"] = acc.finish_reason
-        res["spec_accept_length"] = acc.spec_accept_length
-        res["output"] = acc.text[:OUTPUT_KEEP_CHARS]
-        if acc.ids:
-            res["output_ids"] = list(acc.ids)
-        if acc.margins:
-            res["top_margins"] = list(acc.margins)
-        res["excerpt"] = acc.text[:EXCERPT_CHARS]
 
     try:
         stream.connect(min(ttft_timeout, request_timeout))
@@ -433,8 +406,8 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
         stream.send("POST", path, body, headers={"Accept": "text/event-stream"},
                     api_key=api_key)
         stream.read_head(min(t0 + ttft_timeout, hard_deadline))
-        res["http_status"] = stream.status
-        if stream.status != 200:
+        res["http_status"] = st = stream.status
+        if st != 200:
             # Read a short error body for the report.
             err = b""
             try:
@@ -447,7 +420,6 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
             except (HttpError, OSError):
                 pass
             detail = err.decode("utf-8", "replace").strip().replace("\n", " ")[:200]
-            st = stream.status
             if st in (401, 403):
                 early = (INCONCLUSIVE, "unauthorized: HTTP %d from %s (API key missing or wrong)"
                          % (st, path))
@@ -460,7 +432,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
             ctype = stream.headers.get("content-type", "")
             headers_t = time.monotonic()
             buf = b""
-            rate_checked_at = None
+            rate_checked = False
             while True:
                 now = time.monotonic()
                 if first_t is None:
@@ -470,11 +442,10 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                     deadline = min(t0 + ttft_timeout, headers_t + stall_timeout)
                 else:
                     deadline = last_t + stall_timeout
-                deadline = min(deadline, hard_deadline)
-                wake = deadline
-                if first_t is not None and min_tokens_per_s and rate_checked_at is None:
-                    wake = min(wake, first_t + rate_window_s)
+                deadline = wake = min(deadline, hard_deadline)
                 if min_tokens_per_s:
+                    if first_t is not None and not rate_checked:
+                        wake = min(wake, first_t + rate_window_s)
                     wake = min(wake, max(now + 0.2, t0 + rate_window_s - prior_seconds))
                 try:
                     data = stream.read_body(wake)
@@ -530,31 +501,27 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                             else:
                                 max_gap = max(max_gap, t - last_t)
                             last_t = t
-                    if early:
+                    if early or saw_done:
                         break
-                    if saw_done:
-                        break
-                # Early rate checks once the window has elapsed: this request's decode
-                # rate, and the rate over all prompts so far (TTFT included).
+                # Early rate checks once the window has elapsed: this request's decode rate,
+                # and the rate over all prompts so far (TTFT included); before any token at
+                # all, the TTFT and stall limits decide.  Both give the server the benefit of
+                # one more step arriving now, so a stream of large steps is not failed between
+                # two of them.
                 now = time.monotonic()
                 cum_s = prior_seconds + (now - t0)
-                # (Before any token at all, the TTFT and stall limits decide.)
-                # Both give the server the benefit of one more step arriving now, so a stream
-                # of large steps is not failed between two of them.
                 if (min_tokens_per_s and cum_s >= rate_window_s and not acc.finish_reason
                         and prior_tokens + acc.tokens > 0):
                     cum_rate = (prior_tokens + acc.tokens + max(1, max_step)) / cum_s
-                    floor = EARLY_RATE_FRACTION * min_tokens_per_s
                     if cum_rate < floor:
                         early = (FAIL, "rate_too_low: %.2f tokens/s over %.1f s of generation "
                                        "across prompts (floor %g, early fail below %g)"
                                  % (cum_rate, cum_s, min_tokens_per_s, floor))
                         break
                 if first_t is not None and min_tokens_per_s and now - first_t >= rate_window_s:
-                    rate_checked_at = now
+                    rate_checked = True
                     rate = ((acc.tokens - first_tokens + max(1, max_step))
                             / max(1e-6, now - first_t))
-                    floor = EARLY_RATE_FRACTION * min_tokens_per_s
                     if rate < floor and not acc.finish_reason:
                         early = (FAIL, "rate_too_low: %.2f tokens/s after %.1f s (floor %g, early "
                                        "fail below %g)" % (rate, now - first_t, min_tokens_per_s,
@@ -568,7 +535,6 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                 except ValueError:
                     pass
     except Unreachable as exc:
-        res["reached"] = False
         early = (INCONCLUSIVE, "unreachable: %s" % exc)
         res["error_kind"] = exc.kind
     except (ConnectionClosed, ProtocolError) as exc:
@@ -576,18 +542,36 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
     except HttpTimeout:
         # Only read_head can raise here: no response within ttft_timeout.
         early = (FAIL, "ttft_timeout: no response headers within %.1f s" % ttft_timeout)
+    except (ConnectionResetError, BrokenPipeError, ConnectionAbortedError):
+        early = (FAIL, "connection reset during generation (%d tokens received)" % acc.tokens)
+    except ssl.SSLError as exc:
+        early = (INCONCLUSIVE, "tls_error: %s" % exc)
     except OSError as exc:
-        if _is_reset(exc):
-            early = (FAIL, "connection reset during generation (%d tokens received)" % acc.tokens)
-        elif isinstance(exc, ssl.SSLError):
-            early = (INCONCLUSIVE, "tls_error: %s" % exc)
-        else:
-            early = (FAIL, "io_error: %s" % (exc.strerror or exc))
+        early = (FAIL, "io_error: %s" % (exc.strerror or exc))
     finally:
         stream.close()
 
     now = time.monotonic()
-    finish_measurements(now)
+    res["elapsed_s"] = _round(now - t0)
+    res["completion_tokens"] = acc.tokens
+    rate = None
+    if first_t is not None:
+        res["ttft_s"] = _round(first_t - t0)
+        res["max_gap_s"] = _round(max_gap)
+        span = last_t - first_t
+        if span > 0.01 and acc.tokens > first_tokens:
+            rate = (acc.tokens - first_tokens) / span
+        elif acc.tokens and now > t0:
+            rate = acc.tokens / max(1e-6, (last_t - t0))
+    res["tokens_per_s"] = _round(rate, 2)
+    res["finish_reason"] = acc.finish_reason
+    res["spec_accept_length"] = acc.spec_accept_length
+    res["output"] = acc.text[:OUTPUT_KEEP_CHARS]
+    if acc.ids:
+        res["output_ids"] = list(acc.ids)
+    if acc.margins:
+        res["top_margins"] = list(acc.margins)
+    res["excerpt"] = acc.text[:EXCERPT_CHARS]
     if early is not None:
         res["verdict"], reason = early
         res["reasons"].append(reason)

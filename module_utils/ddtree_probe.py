@@ -1,24 +1,18 @@
 # -*- coding: utf-8 -*-
 """Generation-quality probe for SGLang servers (stdlib only).
 
-A server can answer /health with 200 and still emit "!!!!!!!!" at 0.057
-tokens/s.  ``run_probe()`` sends known-answer prompts through the streaming
-``/generate`` (or ``/v1/completions``) endpoint, measures time to first token,
-inter-chunk gaps and tokens/s while the answer streams, stops early when the
-server stalls or crawls, judges the text (``ddtree_textcheck.assess``), reads
-``/server_info`` for the speculative accept length and compares with a
-baseline report: the speed ratio, and each greedy output token by token
-(``ddtree_agreement``: a confident early divergence is a lossless violation).
-The result is a JSON-serialisable report whose ``verdict``
-is ``pass``, ``fail`` (the server is broken) or ``inconclusive`` (the probe
-could not measure: nothing listening, credentials refused, no data).
+A server can answer /health with 200 and still emit "!!!!!!!!" at 0.057 tokens/s.
+``run_probe()`` streams known-answer prompts through ``/generate`` (or ``/v1/completions``),
+measures time to first token, inter-chunk gaps and tokens/s, stops early when the server stalls
+or crawls, judges the text (``ddtree_textcheck.assess``), reads ``/server_info`` for the
+speculative accept length and compares with a baseline report: the speed ratio, and each greedy
+output token by token (``ddtree_agreement``: a confident early divergence is a lossless
+violation).  The JSON-serialisable report's ``verdict`` is ``pass``, ``fail`` (the server is
+broken) or ``inconclusive`` (the probe could not measure: nothing listening, credentials
+refused, no data).  HTTP on the wire is ``ddtree_http``'s.
 
-HTTP on the wire (the streaming request with hard deadlines, /server_info) is
-``ddtree_http``'s.
-
-Imported by the Ansible module (``ansible.module_utils.ddtree_probe``) and by
-bin/ddtree-probe (``ddtree_probe`` with module_utils/ on sys.path).  It must
-not import ansible and must run on a host that only has python3.
+Imported by the Ansible module (``ansible.module_utils.ddtree_probe``) and by bin/ddtree-probe
+(``ddtree_probe`` with module_utils/ on sys.path): no ansible imports, python3 stdlib only.
 """
 
 from __future__ import annotations
@@ -70,8 +64,7 @@ OUTPUT_KEEP_CHARS = 4000
 DIVERGENCE_CONTEXT = 30
 SERVER_INFO_TIMEOUT = 5.0
 
-# Same prompts as roles/quality_gate/files/default_prompts.json (a test keeps
-# them equal); used when the caller gives none.
+# roles/quality_gate/files/default_prompts.json's prompts (a test keeps them equal).
 DEFAULT_PROMPTS = [
     {"name": "arith", "prompt": "What is 2 + 2? Answer with a number only.",
      "expect": "4\\.?", "max_tokens": 8},

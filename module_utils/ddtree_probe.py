@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import os.path
 import re
 import ssl
+import statistics
 import time
 
 try:
@@ -63,6 +65,7 @@ EXCERPT_CHARS = 200
 OUTPUT_KEEP_CHARS = 4000
 DIVERGENCE_CONTEXT = 30
 SERVER_INFO_TIMEOUT = 5.0
+USER_AGENT = "ddtree-probe/1"
 
 # roles/quality_gate/files/default_prompts.json's prompts (a test keeps them equal).
 DEFAULT_PROMPTS = [
@@ -116,14 +119,12 @@ def normalise_prompts(prompts) -> list[dict]:
                 re.compile(expect)
             except re.error as exc:
                 raise ProbeError("prompts[%d].expect is not a valid regex: %s" % (i, exc))
-        max_tokens = item.get("max_tokens", DEFAULT_MAX_TOKENS)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            try:
-                max_tokens = int(str(max_tokens))
-                if max_tokens < 1:
-                    raise ValueError
-            except ValueError:
-                raise ProbeError("prompts[%d].max_tokens must be a positive integer" % i)
+        try:        # an int or its digits; not a bool or a float
+            max_tokens = int(str(item.get("max_tokens", DEFAULT_MAX_TOKENS)))
+        except ValueError:
+            max_tokens = 0
+        if max_tokens < 1:
+            raise ProbeError("prompts[%d].max_tokens must be a positive integer" % i)
         name = str(item.get("name") or "prompt%d" % (i + 1))
         if name in names:
             name = "%s#%d" % (name, i + 1)
@@ -153,53 +154,30 @@ def redact(obj, secrets):
     secrets = [s for s in secrets if s]
     if not secrets:
         return obj
-
-    def walk(o):
-        if isinstance(o, str):
-            for s in secrets:
-                if s in o:
-                    o = o.replace(s, "********")
-            return o
-        if isinstance(o, dict):
-            return {walk(k): walk(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return [walk(v) for v in o]
-        return o
-
-    return walk(obj)
+    if isinstance(obj, str):
+        for s in secrets:
+            obj = obj.replace(s, "********")
+        return obj
+    if isinstance(obj, dict):
+        return {redact(k, secrets): redact(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact(v, secrets) for v in obj]
+    return obj
 
 
 def _round(v, nd=3):
     return None if v is None else round(float(v), nd)
 
 
-def _finish_type(fr):
-    if isinstance(fr, dict):
-        return fr.get("type")
-    return fr
-
-
-def first_divergence(baseline: str, candidate: str, context: int = DIVERGENCE_CONTEXT):
+def first_divergence(baseline: str, candidate: str):
     """Index of the first differing character and the two snippets, or None when equal."""
-    baseline = baseline or ""
-    candidate = candidate or ""
     if baseline == candidate:
         return None
-    n = min(len(baseline), len(candidate))
-    i = 0
-    while i < n and baseline[i] == candidate[i]:
-        i += 1
+    i = len(os.path.commonprefix([baseline, candidate]))
     lo = max(0, i - 10)
     return {"index": i,
-            "baseline": baseline[lo:i + context],
-            "candidate": candidate[lo:i + context]}
-
-
-# --------------------------------------------------------------------------
-# the HTTP client (ddtree_http)
-# --------------------------------------------------------------------------
-
-USER_AGENT = "ddtree-probe/1"
+            "baseline": baseline[lo:i + DIVERGENCE_CONTEXT],
+            "candidate": candidate[lo:i + DIVERGENCE_CONTEXT]}
 
 
 def _target(url):
@@ -252,19 +230,14 @@ class _Accumulator:
         self.error = None
         self.done = False
         self._incremental_text = False
-        self._token_ids = 0            # OpenAI token_ids seen so far (return_token_ids)
 
     def _spec(self, meta: dict, final: bool) -> None:
-        got = {k: meta.get(k) for k in self.SPEC_KEYS if meta.get(k) is not None}
+        got = {k: meta[k] for k in self.SPEC_KEYS if meta.get(k) is not None}
         if not got:
             return
         if final or self.finish_reason is None:
-            if "spec_accept_length" in got:
-                self.spec_accept_length = float(got["spec_accept_length"])
-            if "spec_accept_rate" in got:
-                self.spec_accept_rate = float(got["spec_accept_rate"])
-            if "spec_verify_ct" in got:
-                self.spec_verify_ct = got["spec_verify_ct"]
+            for k, v in got.items():
+                setattr(self, k, v if k == "spec_verify_ct" else float(v))
         if final and self.spec_accept_length is None and self.spec_verify_ct:
             self.spec_accept_length = self.tokens / float(self.spec_verify_ct)
 
@@ -290,10 +263,9 @@ class _Accumulator:
                 delta = choice.get("text") or ""
                 ids = choice.get("token_ids")
                 if isinstance(ids, list) and ids:
-                    self._token_ids += len(ids)
                     self.ids.extend(ids)
                     if not counted:
-                        self.tokens = max(self.tokens, self._token_ids)
+                        self.tokens = max(self.tokens, len(self.ids))
                         counted = True
                 if delta:
                     self.text += delta
@@ -333,7 +305,8 @@ class _Accumulator:
                 self.tokens += estimate_tokens(self.text[before[1]:])
             final = bool(meta.get("finish_reason"))
             if final:
-                self.finish_reason = _finish_type(meta["finish_reason"])
+                fr = meta["finish_reason"]
+                self.finish_reason = fr.get("type") if isinstance(fr, dict) else fr
             self._spec(meta, final)
         return (self.tokens, len(self.text)) != before
 
@@ -597,12 +570,13 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
 # /server_info and /v1/models
 # --------------------------------------------------------------------------
 
-def fetch_server_info(url, api_key=None, timeout=SERVER_INFO_TIMEOUT) -> dict:
+def fetch_server_info(url, api_key=None) -> dict:
     """A safe subset of /server_info (never the server's api_key or other args)."""
     last_err = None
     for path in ("/server_info", "/get_server_info"):
         try:
-            status, data = get_json(url, path, api_key, timeout, user_agent=USER_AGENT)
+            status, data = get_json(url, path, api_key, SERVER_INFO_TIMEOUT,
+                                    user_agent=USER_AGENT)
         except HttpError as exc:
             last_err = "%s: %s" % (path, exc)
             break
@@ -628,9 +602,10 @@ def fetch_server_info(url, api_key=None, timeout=SERVER_INFO_TIMEOUT) -> dict:
     return {"error": last_err}
 
 
-def _first_model_id(url, api_key, timeout=SERVER_INFO_TIMEOUT):
+def _first_model_id(url, api_key):
     try:
-        status, data = get_json(url, "/v1/models", api_key, timeout, user_agent=USER_AGENT)
+        status, data = get_json(url, "/v1/models", api_key, SERVER_INFO_TIMEOUT,
+                                user_agent=USER_AGENT)
         return data["data"][0]["id"] if status == 200 else None
     except (HttpError, KeyError, IndexError, TypeError):
         return None
@@ -667,8 +642,7 @@ def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=N
     if not baseline_ok:
         section["warnings"].append("baseline_not_passing: baseline verdict is %r; its outputs "
                                    "and speed are not trusted" % baseline.get("verdict"))
-    ratios = []
-    judged = []
+    ratios, judged = [], []
     for p in prompts:
         if p.get("verdict") == NOT_RUN:
             continue
@@ -692,18 +666,13 @@ def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=N
             ratios.append(r)
         section["prompts"].append(entry)
     if ratios:
-        ratios.sort()
-        mid = len(ratios) // 2
-        median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
-        section["speed_ratio"] = _round(median)
+        section["speed_ratio"] = _round(statistics.median(ratios))
     if baseline_ok:
         agree_fails, agree_warns = agreement_rules.judge(judged, rule)
         fails.extend(agree_fails)
         section["warnings"].extend(agree_warns)
-    if min_speed_ratio:
-        if not baseline_ok:
-            pass  # warned above; a broken baseline cannot fail the candidate
-        elif section["speed_ratio"] is None:
+    if min_speed_ratio and baseline_ok:     # (a broken baseline cannot fail the candidate)
+        if section["speed_ratio"] is None:
             inconcl.append("speed_ratio_unavailable: no prompt with >= %d tokens has a rate in "
                            "both reports" % MIN_TOKENS_FOR_RATE)
         elif section["speed_ratio"] < min_speed_ratio:
@@ -721,7 +690,7 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
               ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,
               request_timeout=DEFAULT_REQUEST_TIMEOUT, min_accept_length=None,
               baseline=None, min_speed_ratio=None, agreement=None,
-              top_logprobs=DEFAULT_TOP_LOGPROBS, read_server_info=True) -> dict:
+              top_logprobs=DEFAULT_TOP_LOGPROBS) -> dict:
     """Probe a server and return the report dict (see module docstring)."""
     start = time.monotonic()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -751,8 +720,7 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
                   "ttft_timeout": ttft_timeout, "rate_window_s": rate_window_s,
                   "request_timeout": request_timeout, "min_accept_length": min_accept_length,
                   "min_speed_ratio": min_speed_ratio, "agreement": agreement,
-                  "top_logprobs": top_logprobs,
-                  "early_rate_fraction": EARLY_RATE_FRACTION,
+                  "top_logprobs": top_logprobs, "early_rate_fraction": EARLY_RATE_FRACTION,
                   "min_tokens_for_rate": MIN_TOKENS_FOR_RATE}
     report = {"verdict": None, "passed": False, "reasons": [], "warnings": [],
               "detection_seconds": None, "started_at": started_at, "url": redact_url(url),
@@ -760,10 +728,8 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
               "baseline": None, "thresholds": thresholds}
     fails, inconcl = [], []
 
-    if endpoint == "completions" and not model:
-        model = _first_model_id(url, api_key) or "default"
     if endpoint == "completions":
-        report["model"] = model
+        report["model"] = model = model or _first_model_id(url, api_key) or "default"
 
     any_reached = False
     stopped = False
@@ -802,7 +768,7 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
     report["text_judges"] = {"probe": judges()}
 
     # Speculative acceptance.
-    if read_server_info and any_reached:
+    if any_reached:
         report["server_info"] = fetch_server_info(url, api_key)
     acc_values = [(p.get("spec_accept_length"), p.get("completion_tokens") or 0)
                   for p in report["prompts"] if p.get("spec_accept_length") is not None]
@@ -844,22 +810,21 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
     return redact(report, [api_key] if api_key else [])
 
 
-def rejudge_text(report: dict, judge=None) -> list:
-    """Judge each passing prompt's text again, with ``judge`` (default: this process's assess).
+def rejudge_text(report: dict) -> list:
+    """Judge each passing prompt's text again, with this process's ``assess``.
 
     The probe module runs on the target host with the standard library only; on the controller
     ddtree_textcheck also has its library-backed judges (action_plugins/sglang_probe.py calls
     this there).  A prompt the judge now finds degenerate or wrong fails, and so does the
     report.  Returns the new fail reasons (empty when nothing changed).
     """
-    judge = judge or assess
     new = []
     for p in report.get("prompts") or []:
         if p.get("verdict") != PASS:
             continue
-        tv, tr = judge(p.get("output") or "", prompt=p.get("prompt"), expect=p.get("expect"),
-                       output_ids=p.get("output_ids") or None,
-                       finish_reason=p.get("finish_reason"), max_tokens=p.get("max_tokens"))
+        tv, tr = assess(p.get("output") or "", prompt=p.get("prompt"), expect=p.get("expect"),
+                        output_ids=p.get("output_ids") or None,
+                        finish_reason=p.get("finish_reason"), max_tokens=p.get("max_tokens"))
         if tv == "ok":
             continue
         reasons = ["%s: %s" % (tv, r) for r in tr]

@@ -119,18 +119,21 @@ def unit_state(module, systemctl, unit):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def restarts(state):
+    return int(state.get("NRestarts", "0") or 0)
+
+
 def health_status(url):
     """The HTTP status of <url>/health; 0 when no answer came (refused, unreachable, timed out).
 
     A bad url raises ValueError (ddtree_http.BadURL).
     """
     try:
-        status, _body = get_json(url, "/health", timeout=HEALTH_TIMEOUT)
+        return get_json(url, "/health", timeout=HEALTH_TIMEOUT)[0]
     except BadURL:
         raise
     except HttpError:
         return 0
-    return status
 
 
 def main():
@@ -146,56 +149,50 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    unit = p["unit"]
     try:
         parse_base_url(p["url"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     if module.check_mode and p["skip_in_check_mode"]:
-        module.exit_json(changed=False, skipped=True, healthy=False, elapsed=0.0, state="check_mode", last_status=0)
-    systemctl = module.get_bin_path("systemctl", required=bool(p["unit"]))
+        module.exit_json(changed=False, skipped=True, healthy=False, elapsed=0.0,
+                         state="check_mode", last_status=0)
+    systemctl = module.get_bin_path("systemctl", required=bool(unit))
     t0 = time.time()
-    state = {}
+    state = unit_state(module, systemctl, unit) if unit else {}
     restarts0 = p["expect_restarts"]
-    if p["unit"]:
-        state = unit_state(module, systemctl, p["unit"])
-        if restarts0 is None:
-            restarts0 = int(state.get("NRestarts", "0") or 0)
-    status = 0
-    end = "timeout"
+    if restarts0 is None:
+        restarts0 = restarts(state)
+    end = None
     while True:
         status = health_status(p["url"])
         if status == 200:
             end = "healthy"
-            break
-        if p["unit"]:
-            state = unit_state(module, systemctl, p["unit"])
-            restarts = int(state.get("NRestarts", "0") or 0)
+        elif unit:
+            state = unit_state(module, systemctl, unit)
             if state.get("ActiveState") == "failed":
                 end = "failed"
-                break
-            if restarts > restarts0 or state.get("SubState") == "auto-restart":
+            elif restarts(state) > restarts0 or state.get("SubState") == "auto-restart":
                 end = "crashed"
-                break
-            if state.get("ActiveState") == "inactive" and time.time() - t0 > 2 * p["interval"]:
+            elif state.get("ActiveState") == "inactive" and time.time() - t0 > 2 * p["interval"]:
                 end = "inactive"
-                break
-        if time.time() - t0 >= p["timeout"]:
+        if end or time.time() - t0 >= p["timeout"]:
             break
         time.sleep(p["interval"])
-    if p["unit"]:
-        state = unit_state(module, systemctl, p["unit"])
+    if unit:
+        state = unit_state(module, systemctl, unit)
+    end = end or "timeout"
     elapsed = round(time.time() - t0, 2)
-    result = dict(changed=False, healthy=end == "healthy", elapsed=elapsed, state=end, last_status=status,
-                  unit_state=state)
-    if end != "healthy":
-        reasons = {
-            "timeout": f"no /health 200 from {p['url']} within {p['timeout']:.0f}s (last status {status})",
-            "failed": f"unit {p['unit']} failed before it became healthy",
-            "crashed": f"unit {p['unit']} crashed and restarted before it became healthy",
-            "inactive": f"unit {p['unit']} is not running",
-        }
-        module.fail_json(msg=reasons[end] + f" after {elapsed}s", **result)
-    module.exit_json(**result)
+    result = dict(changed=False, healthy=end == "healthy", elapsed=elapsed, state=end,
+                  last_status=status, unit_state=state)
+    if end == "healthy":
+        module.exit_json(**result)
+    reasons = {"timeout": f"no /health 200 from {p['url']} within {p['timeout']:.0f}s "
+                          f"(last status {status})",
+               "failed": f"unit {unit} failed before it became healthy",
+               "crashed": f"unit {unit} crashed and restarted before it became healthy",
+               "inactive": f"unit {unit} is not running"}
+    module.fail_json(msg=reasons[end] + f" after {elapsed}s", **result)
 
 
 if __name__ == "__main__":

@@ -222,13 +222,11 @@ class _Accumulator:
         self.ids: list = []
         self.margins: list = []
         self.tokens = 0
-        self.chunks_with_text = 0
         self.finish_reason = None
         self.spec_accept_length = None
         self.spec_accept_rate = None
         self.spec_verify_ct = None
         self.error = None
-        self.done = False
         self._incremental_text = False
 
     def _spec(self, meta: dict, final: bool) -> None:
@@ -269,7 +267,6 @@ class _Accumulator:
                         counted = True
                 if delta:
                     self.text += delta
-                    self.chunks_with_text += 1
                     if not counted:
                         self.tokens += estimate_tokens(delta)
                 if choice.get("finish_reason"):
@@ -373,8 +370,14 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                     api_key=api_key)
         stream.read_head(min(t0 + ttft_timeout, hard_deadline))
         res["http_status"] = st = stream.status
-        if st != 200:
-            # Read a short error body for the report.
+        if st in (401, 403):
+            early = (INCONCLUSIVE, "unauthorized: HTTP %d from %s (API key missing or wrong)"
+                     % (st, path))
+        elif st == 429:
+            early = (INCONCLUSIVE, "busy: HTTP 429 from %s" % path)
+        elif st != 200:
+            # 5xx: the server is broken; other 4xx: it rejects a valid probe request.  The
+            # start of the error body goes into the reason.
             err = b""
             try:
                 end = min(time.monotonic() + 2.0, hard_deadline)
@@ -386,14 +389,7 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
             except (HttpError, OSError):
                 pass
             detail = err.decode("utf-8", "replace").strip().replace("\n", " ")[:200]
-            if st in (401, 403):
-                early = (INCONCLUSIVE, "unauthorized: HTTP %d from %s (API key missing or wrong)"
-                         % (st, path))
-            elif st == 429:
-                early = (INCONCLUSIVE, "busy: HTTP 429 from %s" % path)
-            else:
-                # 5xx: the server is broken; other 4xx: it rejects a valid probe request.
-                early = (FAIL, "http_error: HTTP %d from %s: %s" % (st, path, detail))
+            early = (FAIL, "http_error: HTTP %d from %s: %s" % (st, path, detail))
         else:
             ctype = stream.headers.get("content-type", "")
             headers_t = time.monotonic()
@@ -572,22 +568,18 @@ def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
 
 def fetch_server_info(url, api_key=None) -> dict:
     """A safe subset of /server_info (never the server's api_key or other args)."""
-    last_err = None
     for path in ("/server_info", "/get_server_info"):
         try:
             status, data = get_json(url, path, api_key, SERVER_INFO_TIMEOUT,
                                     user_agent=USER_AGENT)
         except HttpError as exc:
-            last_err = "%s: %s" % (path, exc)
-            break
+            return {"error": "%s: %s" % (path, exc)}
+        if status == 404 and path == "/server_info":
+            continue        # an older SGLang: /get_server_info
         if status != 200:
-            last_err = "HTTP %d from %s" % (status, path)
-            if status == 404:
-                continue
-            break
+            return {"error": "HTTP %d from %s" % (status, path)}
         if not isinstance(data, dict):
-            last_err = "%s: not a JSON object" % path
-            break
+            return {"error": "%s: not a JSON object" % path}
         info = {"source": path}
         for k in _SERVER_INFO_KEYS:
             if k in data and isinstance(data[k], (str, int, float, bool, type(None))):
@@ -599,7 +591,6 @@ def fetch_server_info(url, api_key=None) -> dict:
             acc = states[0].get("avg_spec_accept_length")
             info["avg_spec_accept_length"] = float(acc) if acc is not None else None
         return info
-    return {"error": last_err}
 
 
 def _first_model_id(url, api_key):

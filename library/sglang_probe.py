@@ -9,39 +9,36 @@ DOCUMENTATION = r"""
 module: sglang_probe
 short_description: Gate an SGLang deployment on real generation quality
 description:
-  - Sends known-answer prompts to an SGLang server through the streaming C(/generate)
-    (or C(/v1/completions)) endpoint and judges what comes back, because C(/health)
-    answers 200 even when the server only emits C(!!!!!!!!) at 0.06 tokens/s.
-  - Measures time to first token, inter-chunk gaps and tokens/s while the answer streams,
-    and gives up within seconds when no token arrives for O(stall_timeout), the first token
-    takes longer than O(ttft_timeout), or the rate after O(rate_window_s) is far below
-    O(min_tokens_per_s).
+  - Streams known-answer prompts through C(/generate) (or C(/v1/completions)) and judges the
+    answers, because C(/health) answers 200 even when the server emits C(!!!!!!!!) at 0.06 tokens/s.
+  - Measures time to first token, inter-chunk gaps and tokens/s, and gives up within seconds when
+    no token arrives for O(stall_timeout), the first token takes longer than O(ttft_timeout), or
+    the rate after O(rate_window_s) is far below O(min_tokens_per_s).
   - Judges the text for degenerate output (character/word runs, phrase loops, special-token
     and byte-marker leaks, U+FFFD, empty output, token id 0 runs) and wrong known answers.
   - Reads C(/server_info) for C(avg_spec_accept_length); optionally compares with a
     O(baseline) report (first divergence per prompt, speed ratio).
   - Stops after the first prompt that shows the server is broken and lists the prompts not run.
-  - Read-only. It runs in check mode as well and always reports C(changed=false).
-  - By default it never fails the task because of a bad verdict; inspect RV(verdict) or set
-    O(fail_on).
-  - Comes with an action plugin of the same name (C(action_plugins/sglang_probe.py)). The module
-    runs on the host and judges the text with the standard library only; the action plugin then
-    judges the output of every prompt that passed again on the controller, where the project
-    venv's libraries (ftfy, wordfreq, pycld2) can be used. A prompt found degenerate or wrong there
-    fails RV(verdict) as on the host, and O(fail_on) applies to that final verdict.
+  - Read-only, in check mode too; always C(changed=false). A bad verdict fails the task only
+    with O(fail_on).
+  - The action plugin of the same name judges the output of every prompt that passed again on the
+    controller, with the project venv's libraries (ftfy, wordfreq, pycld2); a prompt found
+    degenerate or wrong there fails RV(verdict) as on the host, and O(fail_on) applies to it.
 version_added: "1.0.0"
 author:
   - ddtree-fleet maintainers (!UNKNOWN)
 options:
   url:
     description:
-      - Base URL of the server, for example C(http://127.0.0.1:30000). Required, here or in O(settings).
+      - Base URL of the server, for example C(http://127.0.0.1:30000). Required, here or in
+        O(settings).
     type: str
   settings:
     description:
-      - Options shared by every probe of a deployment, as one mapping of this module's options (the
-        quality_gate role passes C(quality_gate_probe_settings)). The action plugin puts them under the
-        options the task gives itself, and leaves out an empty C(api_key). The module alone refuses it.
+      - Options shared by every probe of a deployment, as one mapping of this module's options
+        (the quality_gate role passes C(quality_gate_probe_settings)). The action plugin puts them
+        under the options the task gives itself, and leaves out an empty C(api_key). The module
+        alone refuses it.
     type: dict
   api_key:
     description:
@@ -283,8 +280,8 @@ def main():
     )
     p = module.params
     if p["settings"] is not None:
-        module.fail_json(msg="settings is merged by the sglang_probe action plugin (action_plugins/); "
-                             "without it, pass the options themselves")
+        module.fail_json(msg="settings is merged by the sglang_probe action plugin "
+                             "(action_plugins/); without it, pass the options themselves")
     if not p["url"]:
         module.fail_json(msg="url is required (or in settings, through the action plugin)")
     try:

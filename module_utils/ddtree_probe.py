@@ -199,9 +199,7 @@ _PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+$")
 
 def estimate_tokens(text: str) -> int:
     """Rough token count of a text delta (at least 1 when it is not empty)."""
-    if not text:
-        return 0
-    return max(1, len(_PIECE_RE.findall(text)))
+    return max(1, len(_PIECE_RE.findall(text))) if text else 0
 
 
 class _Accumulator:
@@ -249,28 +247,26 @@ class _Accumulator:
             self.error = err.get("message") if isinstance(err, dict) else str(err)
             return False
         if self.endpoint == "completions":
-            choices = obj.get("choices") or []
-            counted = False
             usage = obj.get("usage")
-            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+            counted = isinstance(usage, dict) and usage.get("completion_tokens") is not None
+            if counted:
                 # continuous_usage_stats: the running count on every chunk (and the final usage)
                 self.tokens = max(self.tokens, int(usage["completion_tokens"]))
-                counted = True
-            if choices and isinstance(choices[0], dict):
-                choice = choices[0]
-                delta = choice.get("text") or ""
-                ids = choice.get("token_ids")
-                if isinstance(ids, list) and ids:
-                    self.ids.extend(ids)
-                    if not counted:
-                        self.tokens = max(self.tokens, len(self.ids))
-                        counted = True
-                if delta:
-                    self.text += delta
-                    if not counted:
-                        self.tokens += estimate_tokens(delta)
-                if choice.get("finish_reason"):
-                    self.finish_reason = choice["finish_reason"]
+            choices = obj.get("choices") or []
+            choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+            ids = choice.get("token_ids")
+            if isinstance(ids, list) and ids:
+                self.ids.extend(ids)
+                if not counted:
+                    self.tokens = max(self.tokens, len(self.ids))
+                    counted = True
+            delta = choice.get("text") or ""
+            if delta:
+                self.text += delta
+                if not counted:
+                    self.tokens += estimate_tokens(delta)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
         else:
             text = obj.get("text")
             if isinstance(text, str):
@@ -639,9 +635,9 @@ def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=N
             continue
         b = by_name.get(p["name"]) or by_text.get(p["prompt"])
         entry = {"name": p["name"]}
+        section["prompts"].append(entry)
         if b is None:
             entry["missing_in_baseline"] = True
-            section["prompts"].append(entry)
             continue
         b_out = b.get("output") if b.get("output") is not None else b.get("excerpt", "")
         c_out = p.get("output") if p.get("output") is not None else p.get("excerpt", "")
@@ -655,7 +651,6 @@ def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=N
             r = p["tokens_per_s"] / b["tokens_per_s"]
             entry["speed_ratio"] = _round(r)
             ratios.append(r)
-        section["prompts"].append(entry)
     if ratios:
         section["speed_ratio"] = _round(statistics.median(ratios))
     if baseline_ok:
@@ -738,18 +733,16 @@ def run_probe(url, prompts=None, *, api_key=None, endpoint="generate", model=Non
                            prior_seconds=cum_seconds, top_logprobs=top_logprobs)
         cum_tokens += res.get("completion_tokens") or 0
         cum_seconds += res.get("elapsed_s") or 0.0
-        if not res["reached"] and any_reached:
+        reached = res.pop("reached")
+        if not reached and any_reached:
             # It answered before and now refuses: it died while we probed it.
             res["verdict"] = FAIL
             res["reasons"] = ["server_went_away: " + r.split(": ", 1)[-1] for r in res["reasons"]]
-        any_reached = any_reached or res["reached"] or res["http_status"] is not None
-        res.pop("reached", None)
+        any_reached = any_reached or reached
         report["prompts"].append(res)
-        if res["verdict"] == FAIL:
-            fails.extend("%s: %s" % (res["name"], r) for r in res["reasons"])
-            stopped = True
-        elif res["verdict"] == INCONCLUSIVE:
-            inconcl.extend("%s: %s" % (res["name"], r) for r in res["reasons"])
+        if res["verdict"] != PASS:
+            (fails if res["verdict"] == FAIL else inconcl).extend(
+                "%s: %s" % (res["name"], r) for r in res["reasons"])
             stopped = True
 
     # One answer for different prompts: a server that ignores its prompt.

@@ -259,18 +259,16 @@ class BodyDecoder:
             self.unused += data
             return b""
         if self.mode == "close":
-            self.received += len(data)
-            return bytes(data)
-        if self.mode == "length":
+            out = bytes(data)
+        elif self.mode == "length":
             out = bytes(data[:self._left])
             self._left -= len(out)
-            self.received += len(out)
             if self._left == 0:
                 self.done = True
                 self.unused += data[len(out):]
-            return out
-        self._buf += data
-        out = self._dechunk()
+        else:
+            self._buf += data
+            out = self._dechunk()
         self.received += len(out)
         return out
 

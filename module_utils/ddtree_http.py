@@ -210,14 +210,6 @@ def parse_head(head: bytes) -> tuple:
     return int(m.group(3)), _fields(lines[1:], "header", {})
 
 
-def _content_length(value: str) -> int:
-    """Content-Length: one number (a repeated field must repeat the same number)."""
-    values = {v.strip() for v in value.split(",")}
-    if len(values) != 1 or not _DIGITS_RE.match(next(iter(values))):
-        raise ProtocolError("malformed Content-Length %r" % value[:40])
-    return int(values.pop())
-
-
 class BodyDecoder:
     """Incremental decoder of one response body.
 
@@ -248,8 +240,12 @@ class BodyDecoder:
         elif codings:
             self.mode = "chunked" if codings[-1] == "chunked" else "close"
         elif "content-length" in headers:
+            # one number (a repeated field must repeat the same number)
+            values = {v.strip() for v in headers["content-length"].split(",")}
+            if len(values) != 1 or not _DIGITS_RE.match(next(iter(values))):
+                raise ProtocolError("malformed Content-Length %r" % headers["content-length"][:40])
             self.mode = "length"
-            self._left = _content_length(headers["content-length"])
+            self._left = int(values.pop())
             self.done = self._left == 0
         else:
             self.mode = "close"

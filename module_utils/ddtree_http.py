@@ -211,17 +211,13 @@ def parse_head(head: bytes) -> tuple:
 
 
 class BodyDecoder:
-    """Incremental decoder of one response body.
+    """Incremental decoder of one response body, framed as RFC 9112 section 6.3 says.
 
-    ``BodyDecoder(headers, status, head_request)`` picks the framing (RFC 9112 section 6.3):
-    no body for a HEAD request or a 1xx/204/304 status; ``chunked`` when it is the last
-    transfer coding (chunk extensions are skipped, trailer fields land in ``trailers``); read
-    until close for any other transfer coding; ``length`` for a Content-Length; else read
-    until close.  ``feed(data)`` takes received bytes in any pieces and returns the body bytes
-    they complete; ``done`` turns True at the end of the body (bytes after it stay in
-    ``unused``).  ``eof()`` says the peer closed the connection: it ends a read-until-close
-    body and raises IncompleteBody when the framing announced more.  A malformed chunk size,
-    chunk end or trailer raises ProtocolError.
+    ``feed(data)`` takes received bytes in any pieces and returns the body bytes they complete;
+    ``done`` turns True at the end of the body (bytes after it stay in ``unused``, trailer
+    fields land in ``trailers``).  ``eof()`` says the peer closed the connection: it ends a
+    read-until-close body and raises IncompleteBody when the framing announced more.  Bad
+    framing (chunk size, chunk end, trailer, Content-Length) raises ProtocolError.
     """
 
     def __init__(self, headers: dict, status: int | None = None, head_request: bool = False):
@@ -234,6 +230,8 @@ class BodyDecoder:
         self._state = "size"       # chunked: size, data, data_end, trailer
         codings = [c.strip().lower() for c in headers.get("transfer-encoding", "").split(",")
                    if c.strip()]
+        # No body after HEAD or a 1xx/204/304; chunked when it is the last transfer coding,
+        # read until close for another one; else Content-Length, else read until close.
         if head_request or (status is not None and (100 <= status < 200 or status in (204, 304))):
             self.mode = "length"
             self.done = True

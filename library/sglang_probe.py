@@ -284,17 +284,14 @@ def main():
                              "(action_plugins/); without it, pass the options themselves")
     if not p["url"]:
         module.fail_json(msg="url is required (or in settings, through the action plugin)")
+    same_name = ("api_key", "endpoint", "model", "min_tokens_per_s", "stall_timeout",
+                 "ttft_timeout", "rate_window_s", "request_timeout", "min_accept_length",
+                 "baseline", "min_speed_ratio", "top_logprobs")      # run_probe's keywords
     try:
-        report = run_probe(
-            p["url"], p["prompts"], api_key=p["api_key"], endpoint=p["endpoint"],
-            model=p["model"], min_tokens_per_s=p["min_tokens_per_s"],
-            stall_timeout=p["stall_timeout"], ttft_timeout=p["ttft_timeout"],
-            rate_window_s=p["rate_window_s"], request_timeout=p["request_timeout"],
-            min_accept_length=p["min_accept_length"], baseline=p["baseline"],
-            min_speed_ratio=p["min_speed_ratio"], top_logprobs=p["top_logprobs"],
-            agreement=dict(mode=p["agreement"], tokens=p["agreement_tokens"],
-                           near_tie_margin=p["near_tie_margin"],
-                           max_late=p["max_late_divergences"]))
+        report = run_probe(p["url"], p["prompts"], **{k: p[k] for k in same_name},
+                           agreement=dict(mode=p["agreement"], tokens=p["agreement_tokens"],
+                                          near_tie_margin=p["near_tie_margin"],
+                                          max_late=p["max_late_divergences"]))
     except (ProbeError, ValueError) as exc:
         module.fail_json(msg="sglang_probe cannot run: %s" % exc, changed=False,
                          verdict="inconclusive", passed=False, reasons=[str(exc)])

@@ -53,11 +53,11 @@ import ssl
 import time
 
 try:
-    from ansible.module_utils.ddtree_http import (BadURL, BodyDecoder, parse_head,
-                                                  request_bytes)
+    from ansible.module_utils.ddtree_http import (BadURL, BodyDecoder, HttpError, get_json,
+                                                  parse_head, request_bytes)
     from ansible.module_utils.ddtree_http import parse_base_url as _parse_base_url
 except ImportError:
-    from ddtree_http import BadURL, BodyDecoder, parse_head, request_bytes
+    from ddtree_http import BadURL, BodyDecoder, HttpError, get_json, parse_head, request_bytes
     from ddtree_http import parse_base_url as _parse_base_url
 
 SCHEMA_VERSION = 1
@@ -331,41 +331,16 @@ def _quickack(sock) -> None:
             pass
 
 
-async def _read_body(reader, headers: dict, status: int, limit: int = 1 << 20,
-                     strict: bool = True) -> bytes:
-    """The body of a small response, at most ``limit`` bytes of it.
-
-    strict=False: a body cut short by the peer comes back as far as it came.
-    """
+async def _read_body(reader, headers: dict, status: int, limit: int) -> bytes:
+    """The first ``limit`` bytes of a small (error) response's body, as far as the peer sent it."""
     dec = BodyDecoder(headers, status)
     out = bytearray()
     while not dec.done and len(out) < limit:
         data = await reader.read(65536)
         if not data:
-            if strict:
-                dec.eof()
             break
         out += dec.feed(data)
     return bytes(out[:limit])
-
-
-async def http_json(base_url: str, path: str, api_key=None, timeout: float = 10.0):
-    """(status, parsed JSON or text) of a small GET."""
-    target = parse_base_url(base_url)
-    reader, writer = await _open(target, timeout)
-    try:
-        writer.write(request_bytes(target, "GET", path, api_key=api_key, user_agent=USER_AGENT))
-        await writer.drain()
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-        status, headers = parse_head(head)
-        data = await asyncio.wait_for(_read_body(reader, headers, status), timeout)
-    finally:
-        writer.close()
-    text = data.decode("utf-8", "replace")
-    try:
-        return status, json.loads(text)
-    except ValueError:
-        return status, text
 
 
 def generate_payload(prompt: str, max_new_tokens: int) -> dict:
@@ -445,7 +420,7 @@ async def stream_generate(target: dict, body: bytes, api_key=None,
             status, headers = parse_head(await reader.readuntil(b"\r\n\r\n"))
             conn["head"] = True
             if status != 200:
-                data = await _read_body(reader, headers, status, limit=4096, strict=False)
+                data = await _read_body(reader, headers, status, limit=4096)
                 rec["end"] = clock()
                 rec["error"] = (f"HTTP {status}: "
                                 + data.decode("utf-8", "replace").strip()[:300])
@@ -665,8 +640,9 @@ async def run_batch(target: dict, bodies: list, concurrency: int, api_key=None,
 
 async def server_accept_length(base_url: str, api_key=None):
     try:
-        status, info = await http_json(base_url, "/server_info", api_key, timeout=10.0)
-    except (OSError, asyncio.TimeoutError, ValueError, EOFError, asyncio.IncompleteReadError):
+        status, info = await asyncio.to_thread(get_json, base_url, "/server_info", api_key, 10.0,
+                                               user_agent=USER_AGENT)
+    except HttpError:
         return None
     if status != 200 or not isinstance(info, dict):
         return None

@@ -47,22 +47,13 @@ def _show(value, hidden=False):
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# How a value is named in a message; bool before int (a bool is an int).
+KINDS = ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "number"),
+         (str, "string"), (Mapping, "mapping"), ((list, tuple), "list"))
+
+
 def _kind(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "mapping"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    return type(value).__name__
+    return next((word for types, word in KINDS if isinstance(value, types)), type(value).__name__)
 
 
 def _as_number(value, wanted):

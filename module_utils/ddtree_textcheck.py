@@ -35,6 +35,7 @@ import math
 import os
 import re
 import unicodedata
+from itertools import groupby
 
 # Optional judges (controller side), imported on first use so that importing this module
 # stays cheap; the host path never needs them.  DDTREE_TEXTCHECK_STDLIB_ONLY=1 (or
@@ -131,7 +132,6 @@ SP_MARKER_MIN = 2
 
 REPLACEMENT_CHAR = "\ufffd"
 
-_WORD_SPLIT_RE = re.compile(r"\s+")
 _WORD_STRIP = "\"'`*_()[]{}<>.,;:!?\u201c\u201d\u2018\u2019\u00ab\u00bb-"
 _EMPHASIS_STRIP = "*_`\"'\u201c\u201d\u2018\u2019 \t\r\n"
 
@@ -142,7 +142,22 @@ def _show(ch: str) -> str:
     return "U+%04X" % ord(ch)
 
 
-def _char_class_limit(ch: str) -> int:
+def _run_reasons(items, code: str, limit, show) -> list[str]:
+    """``code: show(item) x n`` for the first run of each item at least ``limit(item)`` long
+    (an item whose limit is None is never reported)."""
+    reasons, seen = [], set()
+    for item, group in groupby(items):
+        run = len(list(group))
+        least = limit(item)
+        if least is not None and run >= least and item not in seen:
+            seen.add(item)
+            reasons.append("%s: %s x %d" % (code, show(item), run))
+    return reasons
+
+
+def _char_limit(ch: str):
+    if ch.isspace():
+        return None
     if ch in "!?\uff01\uff1f":
         return CHAR_RUN_BANG
     if ch in SEPARATOR_CHARS:
@@ -154,47 +169,14 @@ def _char_class_limit(ch: str) -> int:
     return CHAR_RUN_SYMBOL
 
 
-def _char_runs(text: str) -> list[str]:
-    reasons = []
-    seen = set()
-    n = len(text)
-    i = 0
-    while i < n:
-        ch = text[i]
-        j = i + 1
-        while j < n and text[j] == ch:
-            j += 1
-        run = j - i
-        if not ch.isspace() and run >= _char_class_limit(ch) and ch not in seen:
-            seen.add(ch)
-            reasons.append("char_run: %r x %d" % (_show(ch), run))
-        i = j
-    return reasons
-
-
 def _norm_word(w: str) -> str:
     return w.strip(_WORD_STRIP).lower()
 
 
-def _word_runs(text: str) -> list[str]:
-    words = [_norm_word(w) for w in _WORD_SPLIT_RE.split(text) if w]
-    reasons = []
-    seen = set()
-    i = 0
-    n = len(words)
-    while i < n:
-        w = words[i]
-        j = i + 1
-        while j < n and words[j] == w:
-            j += 1
-        run = j - i
-        if w and any(c.isalpha() for c in w) and w not in seen:
-            limit = WORD_RUN_INTERJECTION if w in INTERJECTIONS else WORD_RUN
-            if run >= limit:
-                seen.add(w)
-                reasons.append("word_run: %r x %d" % (w[:40], run))
-        i = j
-    return reasons
+def _word_limit(w: str):
+    if not any(c.isalpha() for c in w):
+        return None
+    return WORD_RUN_INTERJECTION if w in INTERJECTIONS else WORD_RUN
 
 
 def _primitive_period(unit: str) -> int:
@@ -305,17 +287,6 @@ def _leak_reasons(text: str, prompt=None) -> list[str]:
     return reasons
 
 
-def _stray_punctuation(text: str) -> int:
-    """Punctuation-only tokens inside lines (not list bullets, not table rows)."""
-    n = 0
-    for line in text.splitlines():
-        if "|" in line:
-            continue
-        toks = line.split()
-        n += sum(1 for x in toks[1:] if _STRAY_PUNCT_RE.match(x))
-    return n
-
-
 def _diversity_reasons(text: str) -> list[str]:
     reasons = []
     chars = [c for c in text if not c.isspace()]
@@ -326,9 +297,8 @@ def _diversity_reasons(text: str) -> list[str]:
             reasons.append("low_char_diversity: %d distinct in %d chars" % (
                 len(distinct), len(chars)))
     prose = "\n".join(line for line in text.splitlines() if "|" not in line)
-    tokens = [x for x in _WORD_SPLIT_RE.split(prose) if x]
-    words = [w for w in (_norm_word(x) for x in tokens)
-             if w and any(c.isalpha() for c in w)]
+    tokens = prose.split()
+    words = [w for w in map(_norm_word, tokens) if any(c.isalpha() for c in w)]
     if not words:
         return reasons
     distinct = len(set(words))
@@ -337,30 +307,11 @@ def _diversity_reasons(text: str) -> list[str]:
         reasons.append("low_word_diversity: %d distinct in %d words (R=%.2f)" % (
             distinct, len(words), guiraud))
     elif len(words) >= SALAD_MIN_WORDS and guiraud <= SALAD_MAX_R:
-        stray = _stray_punctuation(prose)
+        stray = sum(1 for line in prose.splitlines() for x in line.split()[1:]
+                    if _STRAY_PUNCT_RE.match(x))
         if stray / len(tokens) >= SALAD_STRAY_PUNCT_RATIO:
             reasons.append("word_salad: %d distinct in %d words (R=%.2f), %d stray "
                            "punctuation tokens" % (distinct, len(words), guiraud, stray))
-    return reasons
-
-
-def _id_reasons(output_ids) -> list[str]:
-    reasons = []
-    ids = list(output_ids or [])
-    i = 0
-    n = len(ids)
-    reported = set()
-    while i < n:
-        v = ids[i]
-        j = i + 1
-        while j < n and ids[j] == v:
-            j += 1
-        run = j - i
-        limit = ID_ZERO_RUN if v == 0 else ID_RUN
-        if run >= limit and v not in reported:
-            reported.add(v)
-            reasons.append("token_id_run: id %s x %d" % (v, run))
-        i = j
     return reasons
 
 
@@ -1184,7 +1135,7 @@ def assess(text, *, prompt=None, expect=None, output_ids=None,
             reasons.append("replacement_char: U+FFFD x %d" % nfffd)
         reasons.extend(_leak_reasons(view, pinfo))
         reasons.extend(_extra_leak_reasons(view, pinfo))
-        reasons.extend(_char_runs(view))
+        reasons.extend(_run_reasons(view, "char_run", _char_limit, lambda ch: repr(_show(ch))))
         only_min = ONLY_CHAR_MIN_WIDE if _script(stripped[0]) in ("cj", "hangul") \
             else ONLY_CHAR_MIN
         if (len(stripped) >= only_min and len(set(stripped)) == 1
@@ -1195,7 +1146,8 @@ def assess(text, *, prompt=None, expect=None, output_ids=None,
                 unicodedata.category(c).startswith("P") or c.isspace() for c in stripped) \
                 and len(set(stripped) - set(" \t\r\n")) > 1:
             reasons.append("punctuation_only: %d chars" % len(stripped))
-        reasons.extend(_word_runs(text))
+        words = [_norm_word(w) for w in text.split()]
+        reasons.extend(_run_reasons(words, "word_run", _word_limit, lambda w: repr(w[:40])))
         reasons.extend(_loop_reasons(text, stopped_at_length))
         reasons.extend(_diversity_reasons(text))
         reasons.extend(_mojibake_reasons(view, pinfo))
@@ -1203,7 +1155,9 @@ def assess(text, *, prompt=None, expect=None, output_ids=None,
         reasons.extend(_salad_reasons(text, view, pinfo))
         reasons.extend(_repetition_reasons(text, pinfo, finish))
         reasons = [r for r in reasons if not _allowed_by_prompt(r, pinfo, text)]
-    reasons.extend(_id_reasons(output_ids))
+    reasons.extend(_run_reasons(output_ids or [], "token_id_run",
+                                lambda v: ID_ZERO_RUN if v == 0 else ID_RUN,
+                                lambda v: "id %s" % (v,)))
 
     wrong: list[str] = []
     if expect:

@@ -196,20 +196,15 @@ def find_loops(text: str, max_unit: int = LOOP_MAX_UNIT) -> list[dict]:
     ``TAIL_LOOP_REPEATS`` times are returned.
     """
     s = text.lower()
-    n = len(s)
     out = []
-    for p in range(2, min(max_unit, n // 2) + 1):
+    for p in range(2, min(max_unit, len(s) // 2) + 1):
         # One byte per position: 1 where s[i] == s[i + p]; loops are long runs of 1s.
         eq = bytes([a == b for a, b in zip(s, s[p:])])
-        need = max(1, int((TAIL_LOOP_REPEATS - 1) * p))
-        for m in re.finditer(b"\x01{%d,}" % need, eq):
+        for m in re.finditer(b"\x01{%d,}" % ((TAIL_LOOP_REPEATS - 1) * p), eq):
             i, j = m.start(), m.end()
-            span = (j - i) + p
-            unit = s[i:i + p]
-            if _primitive_period(unit) != p:
-                continue
-            out.append({"start": i, "end": j + p, "unit": text[i:i + p],
-                        "period": p, "repeats": span / p})
+            if _primitive_period(s[i:i + p]) == p:
+                out.append({"start": i, "end": j + p, "unit": text[i:i + p],
+                            "period": p, "repeats": (j - i + p) / p})
     return out
 
 
@@ -221,42 +216,32 @@ def _display_unit(unit: str) -> str:
     return unit.strip()[:60]
 
 
-def _unit_letters(unit: str) -> int:
-    return sum(1 for c in unit if c.isalpha())
-
-
 def _loop_reasons(text: str, stopped_at_length: bool | None) -> list[str]:
-    offset = max(0, len(text) - LOOP_ANALYSE_CHARS)
-    body = text[offset:]
-    loops = find_loops(body)
-    reasons = []
-    best = None
-    tail_best = None
+    body = text[-LOOP_ANALYSE_CHARS:]
     stripped_len = len(body.rstrip())
-    for lp in loops:
-        if _unit_letters(lp["unit"]) < LOOP_MIN_UNIT_LETTERS:
-            continue
-        span = lp["end"] - lp["start"]
-        if lp["repeats"] >= LOOP_MANY_REPEATS or (
-                lp["repeats"] >= LOOP_REPEATS and span >= LOOP_MIN_SPAN):
-            if best is None or span > best["end"] - best["start"]:
-                best = lp
-        # A loop reaching the end of the text (allowing a partial last repeat).
-        if lp["end"] + lp["period"] >= stripped_len:
-            if tail_best is None or span > tail_best["end"] - tail_best["start"]:
-                tail_best = lp
-    if best is not None:
+    loops = [lp for lp in find_loops(body)
+             if sum(1 for c in lp["unit"] if c.isalpha()) >= LOOP_MIN_UNIT_LETTERS]
+
+    def span(lp):
+        return lp["end"] - lp["start"]
+
+    reasons = []
+    loud = [lp for lp in loops if lp["repeats"] >= LOOP_MANY_REPEATS
+            or (lp["repeats"] >= LOOP_REPEATS and span(lp) >= LOOP_MIN_SPAN)]
+    if loud:
+        best = max(loud, key=span)
         reasons.append("phrase_loop: %r x %.1f over %d chars" % (
-            _display_unit(best["unit"]), best["repeats"], best["end"] - best["start"]))
-    if tail_best is not None:
-        span = tail_best["end"] - tail_best["start"]
-        detail = "%r x %.1f" % (_display_unit(tail_best["unit"]), tail_best["repeats"])
-        if stopped_at_length and tail_best["repeats"] >= TAIL_LOOP_REPEATS \
-                and span >= TAIL_LOOP_MIN_SPAN:
+            _display_unit(best["unit"]), best["repeats"], span(best)))
+    # A loop reaching the end of the text (allowing a partial last repeat); find_loops only
+    # returns loops of at least TAIL_LOOP_REPEATS repeats.
+    tail = [lp for lp in loops if lp["end"] + lp["period"] >= stripped_len]
+    if tail:
+        best = max(tail, key=span)
+        detail = "%r x %.1f" % (_display_unit(best["unit"]), best["repeats"])
+        if stopped_at_length and span(best) >= TAIL_LOOP_MIN_SPAN:
             reasons.append("length_in_loop: stopped at max_tokens inside " + detail)
-        elif stopped_at_length is None and tail_best["repeats"] >= TAIL_LOOP_REPEATS \
-                and span >= TAIL_LOOP_NOLEN_MIN_SPAN \
-                and span >= TAIL_LOOP_NOLEN_FRACTION * max(1, stripped_len):
+        elif stopped_at_length is None and span(best) >= TAIL_LOOP_NOLEN_MIN_SPAN \
+                and span(best) >= TAIL_LOOP_NOLEN_FRACTION * max(1, stripped_len):
             reasons.append("tail_loop: " + detail)
     return reasons
 
@@ -985,7 +970,7 @@ def _repetition_reasons(text: str, prompt: "_Prompt", finish: str) -> list:
     norm = _DIGITS_RE.sub("#", text)
     if norm != text:
         for lp in find_loops(norm[-LOOP_ANALYSE_CHARS:]):
-            if lp["repeats"] >= 3 and len(_WORD_RE.findall(lp["unit"])) >= 4 \
+            if len(_WORD_RE.findall(lp["unit"])) >= 4 \
                     and not prompt.allows_repetition(lp["unit"], lp["repeats"]):
                 reasons.append("templated_loop: %r x %.1f" % (
                     _display_unit(lp["unit"]), lp["repeats"]))

@@ -129,6 +129,19 @@ _SP_MARKER_RE = re.compile(r"\u2581(?=[^\s\u2581-\u2588])")
 # U+2581 runs standing in for spaces ("  ▁▁ three"), not part of a block-element sparkline.
 _SP_SPACE_RE = re.compile(r"(?:(?<=\s)|^)\u2581+(?=\s|$)", re.M)
 SP_MARKER_MIN = 2
+# Chat-template role tags and their text, sentence markers.
+_ROLE_TAG_RE = re.compile(
+    r"\[/?(?:INST|SYS|USER|ASSISTANT|AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CALLS|TOOL_RESULT|"
+    r"SYSTEM_PROMPT)\]|<</?SYS>>|\[control_\d+\]|\[[A-Z][A-Z0-9]*_[A-Z0-9_]+\]"
+    r"|<(?:EOS|BOS|SEP|CLS|PAD|UNK|MASK|EOP|EOD|SOS)(?:_TOKEN)?>|<[A-Z]+_TOKEN>"
+    r"|<\uff5c[^<>\n]{1,40}\uff5c>")
+_BOS_RUN_RE = re.compile(r"<s>\s*(?:<s>|\[)|</s>\s*</s>")
+# Llama-3 header text left behind when the header special tokens are stripped:
+# "...with?assistant\n\n".
+_HEADER_LEAK_RE = re.compile(r"(?<=[a-z0-9.!?)\]\"'])(?:assistant|<\|assistant\|>)\n")
+_MARKER_ANY_RE = re.compile("|".join([
+    _SPECIAL_TOKEN_RE.pattern, _ROLE_TAG_RE.pattern, _BYTE_TOKEN_RE.pattern,
+    r"<\|[A-Za-z_]+\|>", r"</?s>"]))
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -246,29 +259,35 @@ def _loop_reasons(text: str, stopped_at_length: bool | None) -> list[str]:
     return reasons
 
 
-def _leak_reasons(text: str, prompt=None) -> list[str]:
+def _leak_reasons(view: str, prompt: "_Prompt") -> list[str]:
+    # prompt.mentioned holds each marker also without its "/" (</s> -> <s>).
+    mentioned = prompt.mentioned
     reasons = []
-    mentioned = prompt.mentioned if prompt is not None else set()
-    stripped = text.rstrip()
-    leaks = []
-    for m in _SPECIAL_TOKEN_RE.finditer(stripped):
-        tok = m.group(0)
-        if tok in _TRAILING_EOS and m.end() == len(stripped):
-            continue  # an end-of-sequence marker at the very end is harmless
-        if tok in mentioned or tok.replace("/", "") in mentioned:
-            continue
-        leaks.append(tok)
+    stripped = view.rstrip()
+    # An end-of-sequence marker at the very end is harmless.
+    leaks = [m.group(0) for m in _SPECIAL_TOKEN_RE.finditer(stripped)
+             if not (m.group(0) in _TRAILING_EOS and m.end() == len(stripped))
+             and m.group(0).replace("/", "") not in mentioned]
     if leaks:
         reasons.append("special_token: %s x %d" % (leaks[0], len(leaks)))
-    byte_toks = [t for t in _BYTE_TOKEN_RE.findall(text) if t not in mentioned]
+    byte_toks = [t for t in _BYTE_TOKEN_RE.findall(view) if t not in mentioned]
     if byte_toks:
         reasons.append("byte_token: %s x %d" % (byte_toks[0], len(byte_toks)))
-    bpe = _BPE_MARKER_RE.findall(text)
+    bpe = _BPE_MARKER_RE.findall(view)
     if len(bpe) >= BPE_MARKER_MIN and not any(c in mentioned for c in "\u0120\u010a"):
         reasons.append("bpe_marker: %s x %d" % (_show(bpe[0][0]), len(bpe)))
-    sp = _SP_MARKER_RE.findall(text) + _SP_SPACE_RE.findall(text)
+    sp = _SP_MARKER_RE.findall(view) + _SP_SPACE_RE.findall(view)
     if len(sp) >= SP_MARKER_MIN and "\u2581" not in mentioned:
         reasons.append("sentencepiece_marker: U+2581 x %d" % len(sp))
+    tags = [t for t in _ROLE_TAG_RE.findall(view) if t.replace("/", "") not in mentioned]
+    if tags:
+        reasons.append("special_token: %s x %d" % (tags[0], len(tags)))
+    if _BOS_RUN_RE.search(view) or (view.count("<s>") != view.count("</s>")
+                                    and "<s>" not in mentioned):
+        reasons.append("special_token: <s> x %d" % (view.count("<s>") + view.count("</s>")))
+    hdr = _HEADER_LEAK_RE.findall(view)
+    if hdr:
+        reasons.append("special_token: role header text %r x %d" % (hdr[0].strip(), len(hdr)))
     return reasons
 
 
@@ -471,39 +490,18 @@ def _is_count_text(unit: str) -> bool:
     return bool(unit.strip()) and not any(c.isalpha() for c in unit if c not in "xX")
 
 
-# --- markers (special tokens, byte tokens, BPE and SentencePiece markers) -------
-_ROLE_TAG_RE = re.compile(
-    r"\[/?(?:INST|SYS|USER|ASSISTANT|AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CALLS|TOOL_RESULT|"
-    r"SYSTEM_PROMPT)\]|<</?SYS>>|\[control_\d+\]|\[[A-Z][A-Z0-9]*_[A-Z0-9_]+\]"
-    r"|<(?:EOS|BOS|SEP|CLS|PAD|UNK|MASK|EOP|EOD|SOS)(?:_TOKEN)?>|<[A-Z]+_TOKEN>"
-    r"|<\uff5c[^<>\n]{1,40}\uff5c>")
-_BOS_RUN_RE = re.compile(r"<s>\s*(?:<s>|\[)|</s>\s*</s>")
-# Llama-3 header text left behind when the header special tokens are stripped:
-# "...with?assistant\n\n".
-_HEADER_LEAK_RE = re.compile(r"(?<=[a-z0-9.!?)\]\"'])(?:assistant|<\|assistant\|>)\n")
-_MARKER_ANY_RE = re.compile("|".join([
-    _SPECIAL_TOKEN_RE.pattern, _ROLE_TAG_RE.pattern, _BYTE_TOKEN_RE.pattern,
-    r"<\|[A-Za-z_]+\|>", r"</?s>"]))
-
-
+# --- markers talked about, not leaked --------------------------------------------
 def _mentioned_markers(prompt: str) -> set:
     """Markers the prompt talks about (not ones at a chat-template position)."""
     out = set()
     for m in _MARKER_ANY_RE.finditer(prompt):
-        tok = m.group(0)
-        line_start = prompt.rfind("\n", 0, m.start()) + 1
-        line_end = prompt.find("\n", m.end())
-        line_end = len(prompt) if line_end < 0 else line_end
-        before = prompt[line_start:m.start()]
-        after = prompt[m.end():line_end]
+        before = prompt[:m.start()].rsplit("\n", 1)[-1]
+        after = prompt[m.end():].split("\n", 1)[0]
         if not before.strip() or not after.strip():
             continue  # start or end of a line / of the prompt: a template position
         if before[-1:].isspace() or before[-1:] in "`'\"(":
-            out.add(tok)
-            out.add(tok.replace("/", ""))
-    for ch in "\u0120\u010a\u2581":
-        if re.search(r"[`'\"\s]%s[`'\"\s]" % ch, prompt):
-            out.add(ch)
+            out.update((m.group(0), m.group(0).replace("/", "")))
+    out.update(ch for ch in "\u0120\u010a\u2581" if re.search(r"[`'\"\s]%s[`'\"\s]" % ch, prompt))
     return out
 
 
@@ -512,30 +510,6 @@ _INLINE_CODE_RE = re.compile(r"`[^`\n]{1,200}`")
 _QUOTED_RE = re.compile(r"(?<![:\w])\"[^\"\n]{1,120}\"|\u201c[^\u201d\n]{1,120}\u201d"
                         r"|\u00ab[^\u00bb\n]{1,120}\u00bb"
                         r"|(?<![\w:])'[^'\n]{1,60}'(?!\w)")
-
-
-def _strip_mentions(text: str) -> str:
-    """The text with code blocks, code spans and quoted strings blanked out."""
-    text = _FENCE_RE.sub(" ", text)
-    text = _INLINE_CODE_RE.sub(" ", text)
-    return _QUOTED_RE.sub(" ", text)
-
-
-def _extra_leak_reasons(view: str, prompt: "_Prompt") -> list:
-    reasons = []
-    toks = [m.group(0) for m in _ROLE_TAG_RE.finditer(view)
-            if m.group(0).replace("/", "") not in prompt.mentioned]
-    if toks:
-        reasons.append("special_token: %s x %d" % (toks[0], len(toks)))
-    if _BOS_RUN_RE.search(view) or (view.count("<s>") != view.count("</s>")
-                                    and "<s>" not in prompt.mentioned):
-        n = view.count("<s>") + view.count("</s>")
-        if n:
-            reasons.append("special_token: <s> x %d" % n)
-    hdr = _HEADER_LEAK_RE.findall(view)
-    if hdr:
-        reasons.append("special_token: role header text %r x %d" % (hdr[0].strip(), len(hdr)))
-    return reasons
 
 
 # --- mojibake ------------------------------------------------------------------
@@ -1112,14 +1086,13 @@ def assess(text, *, prompt=None, expect=None, output_ids=None,
         reasons.append("empty_output: %d chars" % len(text))
     else:
         # What the answer quotes or shows as code is talked about, not leaked.
-        view = _strip_mentions(text)
+        view = _QUOTED_RE.sub(" ", _INLINE_CODE_RE.sub(" ", _FENCE_RE.sub(" ", text)))
         if not view.strip():
             view = text
         nfffd = view.count(REPLACEMENT_CHAR)
         if nfffd:
             reasons.append("replacement_char: U+FFFD x %d" % nfffd)
         reasons.extend(_leak_reasons(view, pinfo))
-        reasons.extend(_extra_leak_reasons(view, pinfo))
         reasons.extend(_run_reasons(view, "char_run", _char_limit, lambda ch: repr(_show(ch))))
         only_min = ONLY_CHAR_MIN_WIDE if _script(stripped[0]) in ("cj", "hangul") \
             else ONLY_CHAR_MIN

@@ -369,13 +369,11 @@ _SCRIPT_RANGES = (
 
 
 def _script(ch: str):
+    """A letter's script group ("other" outside _SCRIPT_RANGES); None for anything else."""
     o = ord(ch)
-    if o < 0x41:
+    if o < 0x41 or not ch.isalpha():
         return None
-    for lo, hi, name in _SCRIPT_RANGES:
-        if lo <= o <= hi:
-            return name if ch.isalpha() else None
-    return "other" if ch.isalpha() else None
+    return next((name for lo, hi, name in _SCRIPT_RANGES if lo <= o <= hi), "other")
 
 
 # A Han, Kana or Hangul character carries about as much as three Latin letters.
@@ -385,10 +383,8 @@ _WIDE_WEIGHT = {"cj": 3, "hangul": 3}
 def _script_counts(text: str) -> dict:
     """Letters per script, CJK weighted (see _WIDE_WEIGHT)."""
     counts: dict = {}
-    for ch in text:
-        s = _script(ch)
-        if s:
-            counts[s] = counts.get(s, 0) + _WIDE_WEIGHT.get(s, 1)
+    for s in filter(None, map(_script, text)):
+        counts[s] = counts.get(s, 0) + _WIDE_WEIGHT.get(s, 1)
     return counts
 
 
@@ -513,19 +509,12 @@ _QUOTED_RE = re.compile(r"(?<![:\w])\"[^\"\n]{1,120}\"|\u201c[^\u201d\n]{1,120}\
 
 
 # --- mojibake ------------------------------------------------------------------
-def _gpt2_byte_map() -> dict:
-    """GPT-2's byte-level alphabet: printable bytes map to themselves, the rest to U+0100+."""
-    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table = {b: b for b in keep}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = 0x100 + extra
-            extra += 1
-    return {chr(cp): b for b, cp in table.items()}
-
-
-_GPT2_CHAR_TO_BYTE = _gpt2_byte_map()
+# GPT-2's byte-level alphabet: printable bytes stand for themselves, the others (in order)
+# for U+0100 onwards.
+_GPT2_PRINTABLE = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+_GPT2_CHAR_TO_BYTE = {chr(b): b for b in _GPT2_PRINTABLE}
+_GPT2_CHAR_TO_BYTE.update((chr(0x100 + k), b) for k, b in enumerate(
+    b for b in range(256) if b not in _GPT2_PRINTABLE))
 # A UTF-8 lead byte then continuation bytes, as seen through a single-byte code page.
 _LEAD_CONT_RE = re.compile(b"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}"
                            b"|[\xf0-\xf4][\x80-\xbf]{3}")
@@ -539,20 +528,16 @@ def _redecode_count(run: str):
     """How many characters of ``run`` decode as UTF-8 once re-encoded (and how)."""
     best = (0, "")
     for codec in ("cp1252", "latin-1", "cp437", "gpt2"):
-        if codec == "gpt2":
-            if not any("\u0100" <= c <= "\u0143" for c in run):
-                continue
-            try:
+        if codec == "gpt2" and not any("\u0100" <= c <= "\u0143" for c in run):
+            continue
+        try:
+            if codec == "gpt2":
                 raw = bytes(_GPT2_CHAR_TO_BYTE[c] for c in run)
-            except KeyError:
-                continue
-        else:
-            try:
+            else:
                 raw = run.encode(codec)
-            except UnicodeEncodeError:
-                continue
-        hits = sum(1 for m in _LEAD_CONT_RE.finditer(raw)
-                   if _decodes(m.group(0)))
+        except (KeyError, UnicodeEncodeError):
+            continue
+        hits = sum(1 for m in _LEAD_CONT_RE.finditer(raw) if _decodes(m.group(0)))
         if hits > best[0]:
             best = (hits, codec)
     return best
@@ -571,9 +556,9 @@ _ENCODING_TALK_RE = re.compile(r"mojibake|garbled|encod|decod|latin-?1|cp1252|wi
 
 
 def _mojibake_reasons(view: str, prompt: "_Prompt") -> list:
-    reasons = []
     if _ENCODING_TALK_RE.search(view):
-        return reasons  # the answer talks about encodings; what it shows is an example
+        return []  # the answer talks about encodings; what it shows is an example
+    reasons = []
     hits, how, sample = 0, "", ""
     for m in _MOJI_CANDIDATE_RE.finditer(view):
         if m.group(0) in prompt.text:
@@ -602,26 +587,6 @@ def _mojibake_reasons(view: str, prompt: "_Prompt") -> list:
 # --- language switches ---------------------------------------------------------
 _FOREIGN_MIN_LETTERS = 4
 _PROSE_MIN_LETTERS = 6
-
-
-def _runs_of_script(text: str):
-    """Maximal runs of one script's letters (spaces and punctuation inside a run allowed
-    when the same script continues after them)."""
-    runs = []
-    cur, start, letters, last = None, 0, 0, 0
-    for i, ch in enumerate(text):
-        s = _script(ch)
-        if s is None:
-            continue
-        if s != cur:
-            if cur is not None:
-                runs.append((cur, start, last + 1, letters))
-            cur, start, letters = s, i, 0
-        letters += 1
-        last = i
-    if cur is not None:
-        runs.append((cur, start, last + 1, letters))
-    return runs
 
 
 # Languages the Latin-script check judges (short texts in rarer ones are too easy to misread),
@@ -668,12 +633,13 @@ def _stopword_language(words: list):
 
 
 def _language_reasons(view: str, prompt: "_Prompt") -> list:
-    reasons = []
-    counts = _script_counts("\n".join(_prose_lines(view)))
+    prose = "\n".join(_prose_lines(view))
+    counts = _script_counts(prose)
     total = sum(counts.values())
     all_counts = _script_counts(view)
     if sum(all_counts.values()) < 2:
-        return reasons
+        return []
+    reasons = []
     dom = _dominant(counts)
     # 1. The answer's language is not the prompt's and was not asked for.
     pg = prompt.group
@@ -693,25 +659,27 @@ def _language_reasons(view: str, prompt: "_Prompt") -> list:
     # on the host).
     if dom == "latin" and pg == "latin" and not prompt.asks_translation:
         pl = _latin_language(prompt.text, 3)
-        al = _latin_language("\n".join(_prose_lines(view)), 6)
+        al = _latin_language(prose, 6)
         if pl and al and pl != al and pl in _LANGUAGE_WORDS and al in _LANGUAGE_WORDS \
                 and not re.search(_LANGUAGE_WORDS[al], prompt.lower):
             reasons.append("language_switch: %s answer to a %s prompt (%s)" % (
                 al, pl, "pycld2" if _lib("pycld2") is not None else "function words"))
-    # 2. Foreign-script runs inside the text (Latin is everyone's technical script).
+    # 2. Foreign-script runs inside the text (Latin is everyone's technical script); a run is
+    # one script's letters and the spaces and punctuation between them.
     dom = _dominant(all_counts)
     foreign = []
-    for s, a, b, n in _runs_of_script(view):
+    letters = [(i, s) for i, s in enumerate(map(_script, view)) if s is not None]
+    for s, run in groupby(letters, key=lambda pos: pos[1]):
         if s in (dom, "latin") or s in prompt.scripts or s in prompt.requested:
             continue
-        if dom == "hangul" and s == "cj" and not any(
-                "\u3040" <= c <= "\u30ff" for c in view[a:b]):
+        run = list(run)
+        chunk = view[run[0][0]:run[-1][0] + 1]
+        if dom == "hangul" and s == "cj" and not any("\u3040" <= c <= "\u30ff" for c in chunk):
             continue  # Hanja in Korean (Kana in Korean is foreign)
-        foreign.append((s, view[a:b], n))
+        foreign.append((s, chunk, len(run)))
     nletters = sum(n for _, _, n in foreign)
-    if foreign and not prompt.asks_translation and (
-            nletters >= _FOREIGN_MIN_LETTERS
-            and (max(n for _, _, n in foreign) >= 2 or len(foreign) >= 3)):
+    if not prompt.asks_translation and nletters >= _FOREIGN_MIN_LETTERS \
+            and (max(n for _, _, n in foreign) >= 2 or len(foreign) >= 3):
         reasons.append("language_switch: %d %s letters inside %s text (%r)" % (
             nletters, foreign[0][0], dom, foreign[0][1][:20]))
     return reasons

@@ -35,11 +35,10 @@ import math
 import os
 import re
 import unicodedata
+from collections import Counter
 from itertools import groupby
 
-# Optional judges (controller side), imported on first use so that importing this module
-# stays cheap; the host path never needs them.  DDTREE_TEXTCHECK_STDLIB_ONLY=1 (or
-# use_libraries(False)) keeps them off.
+# The optional judges (see above) are imported on first use: importing this module stays cheap.
 _LIBS_ENABLED = os.environ.get("DDTREE_TEXTCHECK_STDLIB_ONLY", "") in ("", "0")
 _LIBS: dict = {}
 
@@ -55,6 +54,34 @@ def _lib(name: str):
         except Exception:  # ImportError, or a broken install: judge without it
             _LIBS[name] = None
     return _LIBS[name]
+
+
+def use_libraries(enabled: bool = True) -> None:
+    """Turn the optional library judges on or off (off = the host's stdlib path)."""
+    global _LIBS_ENABLED
+    _LIBS_ENABLED = bool(enabled)
+
+
+def _version(dist: str) -> str:
+    try:
+        from importlib import metadata
+        return metadata.version(dist)
+    except Exception:
+        return "?"
+
+
+def judges() -> dict:
+    """Which judges run.
+
+    ``{'rules': 'stdlib', 'mojibake': 'ftfy 6.3.1' | 'stdlib', 'language': 'pycld2 0.42' |
+    'stdlib', 'vocabulary': 'wordfreq 3.1.1' | 'stdlib', 'library_backed': bool}``
+    """
+    out = {"rules": "stdlib"}
+    for key, mod, dist in (("mojibake", "ftfy.badness", "ftfy"), ("language", "pycld2", "pycld2"),
+                           ("vocabulary", "wordfreq", "wordfreq")):
+        out[key] = "%s %s" % (dist, _version(dist)) if _lib(mod) is not None else "stdlib"
+    out["library_backed"] = any(v != "stdlib" for v in out.values())
+    return out
 
 
 # --- single character runs -------------------------------------------------
@@ -319,39 +346,6 @@ def _diversity_reasons(text: str) -> list[str]:
     return reasons
 
 
-# =============================================================================
-# Prompt-aware judgement, scripts and languages, salad, mojibake, leaks.
-# =============================================================================
-
-def use_libraries(enabled: bool = True) -> None:
-    """Turn the optional library judges on or off (off = the host's stdlib path)."""
-    global _LIBS_ENABLED
-    _LIBS_ENABLED = bool(enabled)
-
-
-def _version(dist: str) -> str:
-    try:
-        from importlib import metadata
-        return metadata.version(dist)
-    except Exception:
-        return "?"
-
-
-def judges() -> dict:
-    """Which judges run.
-
-    ``{'rules': 'stdlib', 'mojibake': 'ftfy 6.3.1' | 'stdlib', 'language': 'pycld2 0.42' |
-    'stdlib', 'vocabulary': 'wordfreq 3.1.1' | 'stdlib', 'library_backed': bool}``
-    """
-    out = {"rules": "stdlib"}
-    for key, mod, dist in (("mojibake", "ftfy.badness", "ftfy"), ("language", "pycld2", "pycld2"),
-                           ("vocabulary", "wordfreq", "wordfreq")):
-        out[key] = "%s %s" % (dist, _version(dist)) if _lib(mod) is not None else "stdlib"
-    out["library_backed"] = any(out[k] != "stdlib" for k in ("mojibake", "language",
-                                                             "vocabulary"))
-    return out
-
-
 # --- scripts -----------------------------------------------------------------
 # (first code point, last code point, script group).  Han and Kana are one group
 # ("cj"): Japanese mixes them, Chinese is Han alone.
@@ -444,24 +438,19 @@ class _Prompt(object):
         text = prompt if isinstance(prompt, str) else ("" if prompt is None else str(prompt))
         self.text = text
         self.lower = text.lower()
-        self.words = set(w.lower() for w in _WORD_RE.findall(text))
         self.tokens = set(t.lower() for t in _TOKEN_SEQ_RE.findall(text))
         self.asks_repeat = bool(_REPEAT_RE.search(text))
         self.asks_song = bool(_SONG_RE.search(text))
-        counts = [int(c) if c.isdigit() else _NUMBER_WORDS.get(c.lower(), 0)
-                  for c in _COUNT_RE.findall(text)]
-        self.max_count = max(counts) if counts else 0
+        self.max_count = max([int(c) if c.isdigit() else _NUMBER_WORDS.get(c.lower(), 0)
+                              for c in _COUNT_RE.findall(text)], default=0)
         self.asks_translation = bool(_TRANSLATE_RE.search(text))
         self.requested = set(g for g, rx in _LANGUAGE_NAME_RES if rx.search(text))
-        clean = _MARKER_ANY_RE.sub(" ", text)
-        self.scripts = _script_counts(clean)
+        self.scripts = _script_counts(_MARKER_ANY_RE.sub(" ", text))
         self.group = _dominant(self.scripts)
         self.mentioned = _mentioned_markers(text)
 
     def allows_repetition(self, unit: str, repeats: float) -> bool:
         """Repetition of ``unit`` (about ``repeats`` times) that the prompt asks for."""
-        if not self.text:
-            return False
         if self.asks_song and repeats <= 40:
             return True
         if not self.asks_repeat:
@@ -743,8 +732,7 @@ def _is_junk(tok: str) -> bool:
         return False
     if re.fullmatch(r"[0-9a-fA-F-]{8,}|[A-Za-z0-9+/=]{20,}", core):
         return False  # hashes, uuids, base64
-    letters = [c for c in core if c.isalpha()]
-    if not letters:
+    if not any(c.isalpha() for c in core):
         return False
     if "_" in core:
         parts = core.split("_")
@@ -791,11 +779,8 @@ def _bracket_mismatches(text: str) -> int:
 
 
 def _function_ratio(words: list) -> float:
-    best = 0.0
-    for sw in _STOPWORD_SETS.values():
-        r = sum(1 for w in words if w in sw) / float(len(words))
-        best = max(best, r)
-    return best
+    """The largest share of one language's function words."""
+    return max(sum(1 for w in words if w in sw) / len(words) for sw in _STOPWORD_SETS.values())
 
 
 def _salad_reasons(text: str, view: str, prompt: "_Prompt") -> list:
@@ -804,16 +789,13 @@ def _salad_reasons(text: str, view: str, prompt: "_Prompt") -> list:
     mism = _bracket_mismatches(_QUOTED_RE.sub(" ", _INLINE_CODE_RE.sub(" ", text)))
     if mism >= BRACKET_MISMATCH_MIN:
         reasons.append("word_salad: %d mismatched brackets" % mism)
-    lines = _prose_lines(view)
-    prose = "\n".join(lines)
+    prose = "\n".join(_prose_lines(view))
     toks = prose.split()
     if not toks:
         return reasons
-    latin_words = []
-    for t in toks:
-        core = t.strip("\"'`.,;:!?()[]{}*\u201c\u201d\u2018\u2019\u00ab\u00bb-")
-        if core and core.isalpha() and all(_script(c) == "latin" for c in core):
-            latin_words.append(core.lower())
+    cores = (t.strip("\"'`.,;:!?()[]{}*\u201c\u201d\u2018\u2019\u00ab\u00bb-") for t in toks)
+    latin_words = [c.lower() for c in cores
+                   if c.isalpha() and all(_script(ch) == "latin" for ch in c)]
     counts = _script_counts(prose)
     latin_share = counts.get("latin", 0) / float(max(1, sum(counts.values())))
     # Function words: running text in any language has them; salad does not.
@@ -832,10 +814,10 @@ def _salad_reasons(text: str, view: str, prompt: "_Prompt") -> list:
     # Junk tokens: glued fragments, stray markup, letters-and-digit soup.
     junk = [t for t in toks if _is_junk(t)]
     nj = len(junk)
-    if toks and ((nj >= JUNK_MIN and nj >= JUNK_RATIO * len(toks))
-                 or (len(toks) < 20 and nj >= 2 and nj >= 0.2 * len(toks))
-                 or (nj and sum(len(j) for j in junk) >= 0.4 * len("".join(toks))
-                     and len("".join(toks)) >= 40)):
+    if (nj >= JUNK_MIN and nj >= JUNK_RATIO * len(toks)) \
+            or (len(toks) < 20 and nj >= 2 and nj >= 0.2 * len(toks)) \
+            or (nj and sum(len(j) for j in junk) >= 0.4 * len("".join(toks))
+                and len("".join(toks)) >= 40):
         reasons.append("word_salad: %d junk tokens in %d (%r)" % (nj, len(toks), junk[0][:30]))
     # A function word glued to a word the text also uses alone ("andrequest").
     alone = set(latin_words)
@@ -845,12 +827,12 @@ def _salad_reasons(text: str, view: str, prompt: "_Prompt") -> list:
     if len(glued) >= 2:
         reasons.append("word_salad: glued words %s" % ", ".join(sorted(glued)[:3]))
     # Many writing systems at once.
-    scripts = [s for s, n in counts.items() if n >= 1 and s != "other"]
+    scripts = [s for s in counts if s != "other"]
     if len(scripts) >= SCRIPT_SOUP and not prompt.asks_translation and not prompt.requested:
         reasons.append("word_salad: %d scripts (%s)" % (len(scripts), ", ".join(sorted(scripts))))
-    # Library judge: out-of-vocabulary words in English-looking prose.
+    # Library judge: out-of-vocabulary words in English-looking prose (15 % English
+    # function words).
     if len(latin_words) >= 20 and _lib("wordfreq") is not None \
-            and _function_ratio(latin_words) >= 0.15 \
             and sum(1 for w in latin_words if w in _STOPWORD_SETS["en"]) \
             >= 0.15 * len(latin_words):
         checked = latin_words[-VOCAB_MAX_WORDS:]
@@ -884,8 +866,7 @@ _EMPTY_NUMBERED_RE = re.compile(r"(?:^|\s)\d+\.(?=\s+\d+\.)")
 
 def _repetition_reasons(text: str, prompt: "_Prompt", finish: str) -> list:
     reasons = []
-    lines = _prose_lines(text)
-    prose = "\n".join(lines)
+    prose = "\n".join(_prose_lines(text))
     toks = [t.lower() for t in _TOKEN_SEQ_RE.findall(prose) if not t.isdigit()]
     tail = toks[-TRIGRAM_WINDOW:]
     if len(tail) >= TRIGRAM_MIN_TOKENS:
@@ -898,12 +879,10 @@ def _repetition_reasons(text: str, prompt: "_Prompt", finish: str) -> list:
             reasons.append("repetitive_tail: %.0f%% distinct trigrams in the last %d tokens"
                            % (100 * distinct, len(tail)))
     words = [t for t in toks if t.isalpha()]
-    big = {}
-    for a, b in zip(words, words[1:]):
-        if a != b and not (a in _ALL_STOPWORDS and b in _ALL_STOPWORDS):
-            big[(a, b)] = big.get((a, b), 0) + 1
+    big = Counter((a, b) for a, b in zip(words, words[1:])
+                  if a != b and not (a in _ALL_STOPWORDS and b in _ALL_STOPWORDS))
     if big:
-        (a, b), n = max(big.items(), key=lambda kv: kv[1])
+        (a, b), n = big.most_common(1)[0]
         if n >= BIGRAM_REPEAT_MIN and n >= BIGRAM_REPEAT_SHARE * (len(words) - 1) \
                 and not prompt.allows_repetition(a + " " + b, n):
             reasons.append("phrase_loop: %r x %d (%.0f%% of word pairs)" % (
@@ -939,19 +918,9 @@ def _repetition_reasons(text: str, prompt: "_Prompt", finish: str) -> list:
 
 def _similar(a: str, b: str) -> float:
     """Share of character bigrams two strings have in common (fast near-duplicate test)."""
-    ga = [a[i:i + 2] for i in range(len(a) - 1)]
-    gb = [b[i:i + 2] for i in range(len(b) - 1)]
-    if not ga or not gb:
-        return 0.0
-    sb = {}
-    for g in gb:
-        sb[g] = sb.get(g, 0) + 1
-    common = 0
-    for g in ga:
-        if sb.get(g):
-            sb[g] -= 1
-            common += 1
-    return 2.0 * common / (len(ga) + len(gb))
+    ga = Counter(a[i:i + 2] for i in range(len(a) - 1))
+    gb = Counter(b[i:i + 2] for i in range(len(b) - 1))
+    return 2.0 * sum((ga & gb).values()) / max(1, sum(ga.values()) + sum(gb.values()))
 
 
 _REPETITION_CODES = ("char_run", "only_char", "word_run", "phrase_loop", "tail_loop",
@@ -1016,13 +985,10 @@ def expect_matches(text: str, expect: str) -> bool:
     """
     pattern = re.compile(expect, re.DOTALL)
     base = text.strip()
-    candidates = [base]
-    unwrapped = base.strip(_EMPHASIS_STRIP)
-    candidates.append(unwrapped)
-    for c in list(candidates):
+    candidates = [base, base.strip(_EMPHASIS_STRIP)]
+    for c in candidates[:2]:
         if c.endswith("."):
-            candidates.append(c[:-1].rstrip())
-            candidates.append(c[:-1].strip(_EMPHASIS_STRIP))
+            candidates += [c[:-1].rstrip(), c[:-1].strip(_EMPHASIS_STRIP)]
     return any(pattern.fullmatch(c) for c in candidates)
 
 
@@ -1033,16 +999,13 @@ def assess(text, *, prompt=None, expect=None, output_ids=None,
     ``prompt`` makes the judgement prompt-aware (requested repetition, markers
     the prompt talks about, the prompt's language, requested translations).
     """
-    if text is None:
-        text = ""
     if not isinstance(text, str):
-        text = str(text)
+        text = "" if text is None else str(text)
     text = unicodedata.normalize("NFC", text)
     pinfo = _Prompt(unicodedata.normalize("NFC", prompt) if isinstance(prompt, str) else prompt)
     reasons: list[str] = []
     stripped = text.strip()
-    stopped_at_length = None
-    finish = None
+    stopped_at_length = finish = None
     if finish_reason is not None:
         fr = finish_reason.get("type") if isinstance(finish_reason, dict) else finish_reason
         finish = str(fr).lower()
@@ -1088,13 +1051,11 @@ def assess(text, *, prompt=None, expect=None, output_ids=None,
     wrong: list[str] = []
     if expect:
         try:
-            ok = expect_matches(text, expect)
+            if not expect_matches(text, expect):
+                wrong.append("expect_mismatch: %r does not fully match /%s/" % (
+                    stripped[:80], expect))
         except re.error as exc:
-            ok = False
             wrong.append("bad_expect_regex: %s" % exc)
-        if not ok and not wrong:
-            wrong.append("expect_mismatch: %r does not fully match /%s/" % (
-                stripped[:80], expect))
     if reasons:
         return "degenerate", reasons + wrong
     if wrong:

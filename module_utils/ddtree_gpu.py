@@ -1,9 +1,7 @@
 # -*- coding: utf-8 -*-
 """GPU inventory parsing and per-architecture rules for ddtree-fleet.
 
-Pure logic: no Ansible import, no subprocesses. Modules import it as
-``ansible.module_utils.ddtree_gpu``; unit tests import it with ``module_utils/``
-on ``sys.path``.
+Pure logic: no Ansible import, no subprocesses.
 
 Inputs understood
 -----------------
@@ -66,16 +64,14 @@ def _excerpt(text, limit=200):
 def _lines(output, what):
     if output is None or not str(output).strip():
         raise ValueError("empty output from %s; expected one line per GPU" % what)
-    lines = [line.rstrip("\r") for line in str(output).splitlines()]
-    lines = [line for line in lines if line.strip()]
+    lines = [line for line in str(output).splitlines() if line.strip()]
     lowered = "\n".join(lines).lower()
-    for hint in _DRIVER_ERROR_HINTS:
-        if hint in lowered:
-            raise ValueError(
-                "%s reported a driver problem instead of GPU data: %r; check that the "
-                "NVIDIA kernel module is loaded and matches the user-space driver"
-                % (what, _excerpt(lines[0]))
-            )
+    if any(hint in lowered for hint in _DRIVER_ERROR_HINTS):
+        raise ValueError(
+            "%s reported a driver problem instead of GPU data: %r; check that the "
+            "NVIDIA kernel module is loaded and matches the user-space driver"
+            % (what, _excerpt(lines[0]))
+        )
     return lines
 
 
@@ -102,16 +98,16 @@ def arch_number(arch):
     return int(match.group(1))
 
 
-def _int_field(value, field, lineno, line):
+def _mib(value, field):
     try:
         number = int(value)
     except ValueError:
         raise ValueError(
-            "line %d %r: %s is %r; expected an integer number of MiB (query with "
-            "--format=csv,noheader,nounits)" % (lineno, _excerpt(line), field, value)
+            "%s is %r; expected an integer number of MiB (query with "
+            "--format=csv,noheader,nounits)" % (field, value)
         ) from None
     if number < 0:
-        raise ValueError("line %d %r: %s is negative (%d)" % (lineno, _excerpt(line), field, number))
+        raise ValueError("%s is negative (%d)" % (field, number))
     return number
 
 
@@ -121,35 +117,30 @@ def parse_query_gpu(output):
     Each dict: index, name, compute_cap, arch, memory_total_mib,
     memory_used_mib, memory_free_mib, driver_version.
     """
-    lines = _lines(output, "nvidia-smi --query-gpu")
     gpus = []
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, line in enumerate(_lines(output, "nvidia-smi --query-gpu"), start=1):
         fields = [field.strip() for field in line.split(",")]
         if len(fields) != len(QUERY_FIELDS):
             raise ValueError(
                 "line %d %r has %d comma-separated column(s); expected %d (%s)"
                 % (lineno, _excerpt(line), len(fields), len(QUERY_FIELDS), ", ".join(QUERY_FIELDS))
             )
-        for field_name, value in zip(QUERY_FIELDS, fields):
-            if not value or value.startswith("["):
-                raise ValueError(
-                    "line %d %r: %s is %r; expected a value (the driver could not report it "
-                    "for this GPU)" % (lineno, _excerpt(line), field_name, value or "")
-                )
         name, compute_cap, mem_total, mem_used, driver = fields
-        try:
+        try:  # each check names the field; the line is added here
+            for field_name, value in zip(QUERY_FIELDS, fields):
+                if not value or value.startswith("["):
+                    raise ValueError("%s is %r; expected a value (the driver could not report it "
+                                     "for this GPU)" % (field_name, value))
             arch = arch_from_compute_cap(compute_cap)
+            total = _mib(mem_total, "memory.total")
+            used = _mib(mem_used, "memory.used")
+            if total == 0:
+                raise ValueError("memory.total is 0 MiB")
+            if not _DRIVER_RE.match(driver):
+                raise ValueError(
+                    "driver_version %r is not a dotted version like 570.86.15" % driver)
         except ValueError as exc:
             raise ValueError("line %d %r: %s" % (lineno, _excerpt(line), exc)) from None
-        total = _int_field(mem_total, "memory.total", lineno, line)
-        used = _int_field(mem_used, "memory.used", lineno, line)
-        if total == 0:
-            raise ValueError("line %d %r: memory.total is 0 MiB" % (lineno, _excerpt(line)))
-        if not _DRIVER_RE.match(driver):
-            raise ValueError(
-                "line %d %r: driver_version %r is not a dotted version like 570.86.15"
-                % (lineno, _excerpt(line), driver)
-            )
         gpus.append(
             {
                 "index": lineno - 1,
@@ -167,9 +158,8 @@ def parse_query_gpu(output):
 
 def parse_list(output):
     """Parse ``nvidia-smi -L`` into ``[{"index", "name", "uuid"}]`` (MIG lines skipped)."""
-    lines = _lines(output, "nvidia-smi -L")
     gpus = []
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, line in enumerate(_lines(output, "nvidia-smi -L"), start=1):
         if line[:1].isspace() and line.strip().startswith("MIG "):
             continue
         match = _LIST_RE.match(line.strip())
@@ -201,9 +191,7 @@ def merge_uuids(gpus, listed):
                 "GPU %d is %r in nvidia-smi -L but %r in --query-gpu; expected the same name"
                 % (gpu["index"], entry["name"], gpu["name"])
             )
-        item = dict(gpu)
-        item["uuid"] = entry["uuid"]
-        merged.append(item)
+        merged.append(dict(gpu, uuid=entry["uuid"]))
     return merged
 
 
@@ -311,23 +299,23 @@ def attention_backend_allowed(arch, backend, hybrid_model=False, kv_cache_dtype=
                 "hybrid Qwen3.5/3.6 models on %s allow only %s attention, not %r"
                 % (arch, ", ".join(hybrid_allowed), backend)
             )
-    if kv_cache_dtype:
-        banned = KV_DTYPE_LIMITS.get((arch, backend), ())
-        if str(kv_cache_dtype) in banned:
-            return False, "%s on %s cannot use kv_cache_dtype %s (prefill has no %s KV); use auto or bf16" % (
-                backend, arch, kv_cache_dtype, kv_cache_dtype)
+    if kv_cache_dtype and str(kv_cache_dtype) in KV_DTYPE_LIMITS.get((arch, backend), ()):
+        return False, (
+            "%s on %s cannot use kv_cache_dtype %s (prefill has no %s KV); use auto or bf16"
+            % (backend, arch, kv_cache_dtype, kv_cache_dtype))
     return True, "attention backend %r is supported on %s" % (backend, arch)
 
 
-def _number(name, value, minimum=0.0, allow_equal=True):
+def _number(name, value, allow_equal=True):
+    """``value`` as a float that must be >= 0 (> 0 without ``allow_equal``)."""
     if isinstance(value, bool):
         raise ValueError("%s must be a number, got %r" % (name, value))
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise ValueError("%s must be a number, got %r" % (name, value)) from None
-    if number < minimum or (not allow_equal and number == minimum):
-        raise ValueError("%s must be %s %s, got %r" % (name, ">=" if allow_equal else ">", minimum, value))
+    if number < 0 or (not allow_equal and number == 0):
+        raise ValueError("%s must be %s 0.0, got %r" % (name, ">=" if allow_equal else ">", value))
     return number
 
 
@@ -368,20 +356,18 @@ def model_fits(weights_gib, tp_size, gpu_mem_gib, mem_fraction_static, kv_headro
         "margin_gib": round(budget - needed, 3),
         "min_tp_size": min_tp,
     }
+    sums = (
+        "%.2f GiB weights / tp %d + %.2f GiB KV headroom = %.2f GiB %s %.2f GiB "
+        "(%.2f GiB x mem_fraction_static %.2f)"
+        % (weights, tp, headroom, needed, "<=" if fits else ">", budget, gpu_mem, fraction)
+    )
     if fits:
-        detail["message"] = (
-            "fits: %.2f GiB weights / tp %d + %.2f GiB KV headroom = %.2f GiB <= %.2f GiB "
-            "(%.2f GiB x mem_fraction_static %.2f)" % (weights, tp, headroom, needed, budget, gpu_mem, fraction)
-        )
+        detail["message"] = "fits: " + sums
     else:
         hint = (
             "raise tp_size to at least %d or use a quantized checkpoint" % min_tp
             if min_tp is not None
             else "the KV headroom alone exceeds the budget; lower kv_headroom_gib or raise mem_fraction_static"
         )
-        detail["message"] = (
-            "does not fit: %.2f GiB weights / tp %d + %.2f GiB KV headroom = %.2f GiB > %.2f GiB "
-            "(%.2f GiB x mem_fraction_static %.2f); %s"
-            % (weights, tp, headroom, needed, budget, gpu_mem, fraction, hint)
-        )
+        detail["message"] = "does not fit: %s; %s" % (sums, hint)
     return fits, detail

@@ -1,8 +1,7 @@
 # -*- coding: utf-8 -*-
 """Speculative-decoding compatibility checks between a target and a draft model.
 
-Pure logic: no Ansible import. Modules import it as
-``ansible.module_utils.ddtree_spec``.
+Pure logic: no Ansible import.
 
 What is checked (sglang 0.5.23, docs "Hidden-state dimensions")
 ----------------------------------------------------------------
@@ -55,27 +54,24 @@ def _lookup(config, key):
     """Value of ``key`` at the top level of ``config`` or in a nested text config."""
     if not isinstance(config, dict):
         return None
-    if config.get(key) is not None:
-        return config[key]
-    for nested in NESTED_CONFIG_KEYS:
-        sub = config.get(nested)
+    for sub in [config] + [config.get(nested) for nested in NESTED_CONFIG_KEYS]:
         if isinstance(sub, dict) and sub.get(key) is not None:
             return sub[key]
     return None
 
 
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _positive_int(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return _is_int(value) and value > 0
 
 
 def mtp_layer_count(config):
     """Number of MTP (next-n prediction) layers a target config declares (0 if none)."""
-    best = 0
-    for key in MTP_KEYS:
-        value = _lookup(config, key)
-        if _positive_int(value):
-            best = max(best, value)
-    return best
+    counts = [_lookup(config, key) for key in MTP_KEYS]
+    return max([count for count in counts if _positive_int(count)], default=0)
 
 
 def spread_target_layer_ids(num_target_layers, num_draft_layers):
@@ -108,24 +104,20 @@ def draft_target_layer_ids(draft_config):
 
 
 def draft_block_size(draft_config):
+    """The draft's ``block_size``: top level first, then in ``dflash_config``."""
     if not isinstance(draft_config, dict):
         return None
-    if draft_config.get("block_size") is not None:
-        return draft_config["block_size"]
-    dflash = draft_config.get("dflash_config")
-    if isinstance(dflash, dict) and dflash.get("block_size") is not None:
-        return dflash["block_size"]
+    for where in (draft_config, draft_config.get("dflash_config")):
+        if isinstance(where, dict) and where.get("block_size") is not None:
+            return where["block_size"]
     return None
 
 
 def find_fc_weight(shapes):
     """``(name, shape)`` of the draft's input projection weight, or ``(None, None)``."""
-    if not shapes:
-        return None, None
-    for name in sorted(shapes):
-        for wanted in FC_WEIGHT_NAMES:
-            if name == wanted or name.endswith("." + wanted):
-                return name, shapes[name]
+    for name in sorted(shapes or ()):
+        if any(name == wanted or name.endswith("." + wanted) for wanted in FC_WEIGHT_NAMES):
+            return name, shapes[name]
     return None, None
 
 
@@ -161,10 +153,8 @@ def check_compat(algorithm, target_config, draft_config=None, draft_weight_shape
         errors.append("target config must be a JSON object (config.json), got %s" % type(target_config).__name__)
         return result
 
-    hidden = _lookup(target_config, "hidden_size")
-    layers = _lookup(target_config, "num_hidden_layers")
-    result["target_hidden_size"] = hidden
-    result["target_num_layers"] = layers
+    result["target_hidden_size"] = _lookup(target_config, "hidden_size")
+    result["target_num_layers"] = _lookup(target_config, "num_hidden_layers")
     result["mtp_layers"] = mtp_layer_count(target_config)
 
     if algo in DRAFT_REQUIRED and draft_config is None:
@@ -193,15 +183,13 @@ def _check_dflash(result, target_config, draft_config, draft_weight_shapes):
     algo = result["algorithm"]
     hidden = result["target_hidden_size"]
     layers = result["target_num_layers"]
-    if not _positive_int(hidden):
-        errors.append("target config has no positive integer hidden_size (got %r)" % (hidden,))
-    if not _positive_int(layers):
-        errors.append("target config has no positive integer num_hidden_layers (got %r)" % (layers,))
-
     draft_hidden = _lookup(draft_config, "hidden_size")
     draft_layers = _lookup(draft_config, "num_hidden_layers")
-    if not _positive_int(draft_hidden):
-        errors.append("draft config has no positive integer hidden_size (got %r)" % (draft_hidden,))
+    for config, key, value in (("target", "hidden_size", hidden),
+                               ("target", "num_hidden_layers", layers),
+                               ("draft", "hidden_size", draft_hidden)):
+        if not _positive_int(value):
+            errors.append("%s config has no positive integer %s (got %r)" % (config, key, value))
 
     block = draft_block_size(draft_config)
     result["block_size"] = block
@@ -271,9 +259,7 @@ def _check_dflash(result, target_config, draft_config, draft_weight_shapes):
     else:
         result["expected_dim"] = config_expected
         result["expected_dim_source"] = "config" if config_expected is not None else None
-        expected_detail = (
-            "(%d layers x %d)" % (count, draft_hidden) if config_expected is not None else ""
-        )
+        expected_detail = "(%d layers x %d)" % (count, draft_hidden) if config_expected else ""
 
     provided, expected = result["provided_dim"], result["expected_dim"]
     if provided is not None and expected is not None and provided != expected:
@@ -282,10 +268,6 @@ def _check_dflash(result, target_config, draft_config, draft_weight_shapes):
             "hidden_size %d); sglang would fail with 'DFLASH target_hidden feature dim mismatch'"
             % (expected, expected_detail, provided, count, hidden)
         )
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # --------------------------------------------------------------------------

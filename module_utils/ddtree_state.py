@@ -73,8 +73,7 @@ def read_known_good(state_dir):
     for name in KG_FILES + KG_OPTIONAL_FILES:
         digest = file_digest(os.path.join(kg_dir, name), "sha256")
         files[name] = {"exists": digest is not None, "sha256": digest}
-    meta = None
-    meta_error = None
+    meta = meta_error = None
     if files["meta.json"]["exists"]:
         try:
             meta = read_json(os.path.join(kg_dir, "meta.json"))
@@ -86,10 +85,9 @@ def read_known_good(state_dir):
     records = 0
     if os.path.isdir(records_dir):
         records = sum(1 for entry in os.scandir(records_dir) if entry.is_dir(follow_symlinks=False))
-    link_exists = os.path.lexists(kg_dir)
     return {
         "dir": kg_dir,
-        "link_exists": link_exists,
+        "link_exists": os.path.lexists(kg_dir),
         "is_link": os.path.islink(kg_dir),
         "link_target": os.readlink(kg_dir) if os.path.islink(kg_dir) else None,
         "files": files,
@@ -105,19 +103,19 @@ def known_good_problem(kg, state_dir):
     files = kg["files"]
     present = [name for name in KG_FILES if files[name]["exists"]]
     kg_dir = kg["dir"]
+    advice = (
+        "Refusing to change the host, since a failed change could not be rolled back. Point the "
+        "link at a good record (ln -sfn records/<fingerprint> %s), or remove %s/records and %s to "
+        "treat the host as new." % (kg_dir, state_dir, kg_dir)
+    )
     if kg["link_exists"] and not present:
-        return (
-            "the known-good record is missing: %s points at %s, which does not hold a record. Refusing to change "
-            "the host, since a failed change could not be rolled back. Point the link at a good record "
-            "(ln -sfn records/<fingerprint> %s), or remove %s/records and %s to treat the host as new."
-            % (kg_dir, kg["link_target"] or kg_dir, kg_dir, state_dir, kg_dir)
-        )
+        return ("the known-good record is missing: %s points at %s, which does not hold a record. "
+                "%s" % (kg_dir, kg["link_target"] or kg_dir, advice))
     if not kg["link_exists"] and kg["records"] > 0:
         return (
-            "the known-good record is missing: %s does not exist although %d record(s) in %s/records show this "
-            "host was promoted before. Refusing to change the host, since a failed change could not be rolled "
-            "back. Point the link at a good record (ln -sfn records/<fingerprint> %s), or remove %s/records and "
-            "%s to treat the host as new." % (kg_dir, kg["records"], state_dir, kg_dir, state_dir, kg_dir)
+            "the known-good record is missing: %s does not exist although %d record(s) in "
+            "%s/records show this host was promoted before. %s"
+            % (kg_dir, kg["records"], state_dir, advice)
         )
     if files["meta.json"]["exists"]:
         meta = kg["meta"] or {}
@@ -156,29 +154,30 @@ def venv_python_version(venv, python, runner=subprocess.run):
     return proc.stdout.strip()
 
 
-def differences(state, declared):
-    """What differs from the declared state, one line each (the drift report's vocabulary)."""
+def _service_differences(state, declared):
+    """The differences of the service itself: unit, environment, logging config, active, enabled."""
     out = []
     live = state["live"]
-    unit, env = live["unit"], live["env"]
-    if not unit["exists"]:
-        out.append("unit: %s is missing" % unit["path"])
-    elif unit["sha1"] != declared["unit_sha1"]:
-        out.append("unit: %s differs from the declared unit" % unit["path"])
-    if not env["exists"]:
-        out.append("environment: %s is missing" % env["path"])
-    elif env["sha1"] != declared["env_sha1"]:
-        out.append("environment: %s differs from the declared one" % env["path"])
-    logging_conf = live.get("logging")
-    if logging_conf is not None:
-        if not logging_conf["exists"]:
-            out.append("logging config: %s is missing" % logging_conf["path"])
-        elif logging_conf["sha1"] != declared["logging_sha1"]:
-            out.append("logging config: %s differs from the declared one" % logging_conf["path"])
+    for key, label, declared_one in (("unit", "unit", "the declared unit"),
+                                     ("env", "environment", "the declared one"),
+                                     ("logging", "logging config", "the declared one")):
+        item = live.get(key)  # the logging config only when the unit reads one
+        if item is None:
+            continue
+        if not item["exists"]:
+            out.append("%s: %s is missing" % (label, item["path"]))
+        elif item["sha1"] != declared[key + "_sha1"]:
+            out.append("%s: %s differs from %s" % (label, item["path"], declared_one))
     if live["active"] != "active":
         out.append("service: %s is %s" % (declared["service"], live["active"]))
     if live["enabled"] != "enabled":
         out.append("service: %s is %s" % (declared["service"], live["enabled"] or "not enabled"))
+    return out
+
+
+def differences(state, declared):
+    """What differs from the declared state, one line each (the drift report's vocabulary)."""
+    out = _service_differences(state, declared)
     venv = state["venv"]
     if not venv["exists"]:
         out.append("venv: %s is missing" % venv["path"])
@@ -198,17 +197,7 @@ def differences(state, declared):
 
 def pending_change(state, declared):
     """Whether the service itself (unit, environment, logging config, active, enabled) must change."""
-    live = state["live"]
-    logging_conf = live.get("logging")
-    return bool(
-        (logging_conf is not None and logging_conf["sha1"] != declared["logging_sha1"])
-        or not live["unit"]["exists"]
-        or live["unit"]["sha1"] != declared["unit_sha1"]
-        or not live["env"]["exists"]
-        or live["env"]["sha1"] != declared["env_sha1"]
-        or live["active"] != "active"
-        or live["enabled"] != "enabled"
-    )
+    return bool(_service_differences(state, declared))
 
 
 def check_patchset(site_packages, patches, checksums):
@@ -262,20 +251,22 @@ def gpu_unchanged(state):
     return all(gpu.get(key) == proven.get(key) for key in GPU_KEYS)
 
 
+def _live_file(path):
+    digest = file_digest(path, "sha1")
+    return {"path": path, "sha1": digest, "exists": digest is not None}
+
+
 def read_state(params, runner=subprocess.run):
     """Everything the "does this host differ from its declared state?" decision needs, in one pass."""
     state_dir = params["state_dir"]
     live = {
-        "unit": {"path": params["unit_path"], "sha1": file_digest(params["unit_path"], "sha1")},
-        "env": {"path": params["env_file"], "sha1": file_digest(params["env_file"], "sha1")},
+        "unit": _live_file(params["unit_path"]),
+        "env": _live_file(params["env_file"]),
         "active": systemctl("is-active", params["service"], runner),
         "enabled": systemctl("is-enabled", params["service"], runner),
     }
     if params.get("logging_file"):
-        live["logging"] = {"path": params["logging_file"], "sha1": file_digest(params["logging_file"], "sha1")}
-    for item in ("unit", "env", "logging"):
-        if item in live:
-            live[item]["exists"] = live[item]["sha1"] is not None
+        live["logging"] = _live_file(params["logging_file"])
     venv = params["venv"]
     venv_state = {"path": venv, "exists": os.path.exists(os.path.join(venv, ".ddtree-venv.json")),
                   "python_version": None}

@@ -100,10 +100,9 @@ def _text(result):
 
 
 def _first_diff(a, b):
+    """Index of the first difference of two sequences, None when they are equal."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
+    i = next((k for k in range(n) if a[k] != b[k]), n)
     return None if (i == len(a) and i == len(b)) else i
 
 
@@ -170,20 +169,20 @@ def judge(named_entries, rule: dict = None):
     fails, warns = [], []
     if rule["mode"] == "off":
         return fails, warns
+    violations = fails if rule["mode"] == "fail" else warns
     late = [(n, e) for n, e in named_entries if e.get("status") == LATE]
     for name, entry in named_entries:
         status = entry.get("status")
         if status == NEAR_TIE:
             warns.append("near_tie: " + describe(name, entry, rule))
         elif status == VIOLATION:
-            msg = "lossless_violation: %s (before token %d)" % (describe(name, entry, rule),
-                                                                 rule["tokens"])
-            (fails if rule["mode"] == "fail" else warns).append(msg)
+            violations.append("lossless_violation: %s (before token %d)" % (
+                describe(name, entry, rule), rule["tokens"]))
         elif status == LATE:
             warns.append("late_divergence: " + describe(name, entry, rule))
     if len(late) > rule["max_late"]:
-        msg = ("lossless_violation: %d prompts diverge from the baseline at confident positions "
-               "(%s), more than %d allowed after token %d"
-               % (len(late), ", ".join(n for n, _ in late), rule["max_late"], rule["tokens"]))
-        (fails if rule["mode"] == "fail" else warns).append(msg)
+        violations.append(
+            "lossless_violation: %d prompts diverge from the baseline at confident positions (%s), "
+            "more than %d allowed after token %d"
+            % (len(late), ", ".join(n for n, _ in late), rule["max_late"], rule["tokens"]))
     return fails, warns

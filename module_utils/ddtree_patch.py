@@ -130,11 +130,6 @@ def parse_series(text):
     return names
 
 
-def read_series(path):
-    with open(path, "r", encoding="utf-8") as handle:
-        return parse_series(handle.read())
-
-
 def parse_sha256sums(text):
     """Parse ``sha256sum`` output (``<hex>  <name>`` or ``<hex> *<name>``)."""
     sums = {}
@@ -152,11 +147,6 @@ def parse_sha256sums(text):
             raise PatchSetError("SHA256SUMS lists %r twice with different digests" % name)
         sums[name] = digest
     return sums
-
-
-def read_sha256sums(path):
-    with open(path, "r", encoding="utf-8") as handle:
-        return parse_sha256sums(handle.read())
 
 
 def select_patches(series_text, sums_text, selected, extras, patch_dir):

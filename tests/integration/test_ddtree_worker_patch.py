@@ -47,7 +47,7 @@ pytestmark = [
 
 
 def _series():
-    return [PATCH_DIR / name for name in ddtree_patch.read_series(PATCH_DIR / "series")]
+    return [PATCH_DIR / name for name in ddtree_patch.parse_series((PATCH_DIR / "series").read_text())]
 
 
 @pytest.fixture(scope="module")

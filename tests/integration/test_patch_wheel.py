@@ -70,8 +70,8 @@ DELIBERATE_DFLASH_ONLY = sorted(
 
 
 def series():
-    names = ddtree_patch.read_series(PATCH_DIR / "series")
-    return [str(PATCH_DIR / n) for n in names], ddtree_patch.read_sha256sums(PATCH_DIR / "SHA256SUMS")
+    names = ddtree_patch.parse_series((PATCH_DIR / "series").read_text())
+    return [str(PATCH_DIR / n) for n in names], ddtree_patch.parse_sha256sums((PATCH_DIR / "SHA256SUMS").read_text())
 
 
 def patch_targets(patches):

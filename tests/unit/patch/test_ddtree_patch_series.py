@@ -86,8 +86,8 @@ def test_patch_targets_refuse_escaping_paths(logic):
 def test_repo_series_matches_sha256sums():
     import ddtree_patch
 
-    names = ddtree_patch.read_series(PATCH_DIR / "series")
-    sums = ddtree_patch.read_sha256sums(PATCH_DIR / "SHA256SUMS")
+    names = ddtree_patch.parse_series((PATCH_DIR / "series").read_text())
+    sums = ddtree_patch.parse_sha256sums((PATCH_DIR / "SHA256SUMS").read_text())
     assert names == [
         "0001-ddtree-register-algorithm.patch",
         "0002-ddtree-dflash-family.patch",
@@ -102,7 +102,7 @@ def test_repo_series_matches_sha256sums():
 def test_repo_patches_use_site_packages_paths():
     import ddtree_patch
 
-    for name in ddtree_patch.read_series(PATCH_DIR / "series"):
+    for name in ddtree_patch.parse_series((PATCH_DIR / "series").read_text()):
         text = (PATCH_DIR / name).read_text()
         targets = ddtree_patch.patch_targets(text)
         assert targets and all(t.startswith("sglang/srt/") for t in targets), targets

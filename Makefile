@@ -61,7 +61,7 @@ test-lab: lab-deps  ## only the lab tests: boot the lab slots, lab integration +
 lint: venv  ## yamllint + ansible-lint (production profile) + ansible-doc and ansible-test validate-modules for every module
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production
-	@for m in library/*.py; do n=$$(basename $$m .py); $(BIN)/ansible-doc -t module $$n >/dev/null || exit 1; done; echo "ansible-doc: all modules documented"
+	@for m in plugins/modules/*.py; do n=$$(basename $$m .py); $(BIN)/ansible-doc -t module ddtree.fleet.$$n >/dev/null || exit 1; done; echo "ansible-doc: all modules documented"
 	bash tests/sanity/validate_modules.sh
 
 clean: lab-down

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed the lab: playbooks/lab_seed.yml (known-good NEXTN through the project's own roles) on the
+# Seed the lab: lab/playbooks/lab_seed.yml (known-good NEXTN through the project's own roles) on the
 # main lab (and, side by side, on every lab slot already booted), then keep a snapshot of every
 # seeded host's disk (`labctl snapshot`). `labctl up --slots K` starts new slot hosts from a copy
 # of these snapshots, and the lab tests go back to the seeded state with `labctl reset` instead
@@ -20,10 +20,10 @@ for inv in inventory/lab "$STATE"/slots/*/inventory; do
   esac
   log="$LOGS/seed-slot$slot.log"
   if [ "$slot" = 0 ]; then
-    "$PLAYBOOK" playbooks/lab_seed.yml >"$log" 2>&1 &
+    "$PLAYBOOK" lab/playbooks/lab_seed.yml >"$log" 2>&1 &
   else
     ANSIBLE_INVENTORY="$inv" ANSIBLE_CACHE_PLUGIN_CONNECTION="$PWD/.ansible/facts-slot$slot" \
-      "$PLAYBOOK" playbooks/lab_seed.yml >"$log" 2>&1 &
+      "$PLAYBOOK" lab/playbooks/lab_seed.yml >"$log" 2>&1 &
   fi
   pids[$slot]=$!
 done

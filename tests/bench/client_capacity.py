@@ -29,10 +29,10 @@ import urllib.request
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 STANDIN_SRC = os.path.join(REPO, "lab", "standin", "src")
-sys.path.insert(0, os.path.join(REPO, "module_utils"))
+sys.path.insert(0, os.path.join(REPO, "collections"))
 sys.path.insert(0, STANDIN_SRC)
 
-import ddtree_bench as db  # noqa: E402
+from ansible_collections.ddtree.fleet.plugins.module_utils.bench import runner as db  # noqa: E402
 from sglang_lab_standin import physics  # noqa: E402
 
 GPU_LINE = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887"

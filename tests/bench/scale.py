@@ -325,7 +325,7 @@ def main() -> int:
         if args.use_lab:
             log(f"leaving the lab as `make lab-up N={args.sizes[-1]}` does")
             labctl("up", "--hosts", str(args.sizes[-1]))
-            subprocess.run([str(VENV_BIN / "ansible-playbook"), "playbooks/lab_seed.yml"], cwd=REPO,
+            subprocess.run([str(VENV_BIN / "ansible-playbook"), "lab/playbooks/lab_seed.yml"], cwd=REPO,
                            env=ansible_env(tmp), stdout=subprocess.DEVNULL, check=False)
         elif not args.keep:
             labctl("down", "--fleet", str(every))

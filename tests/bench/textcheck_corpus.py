@@ -17,9 +17,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
+sys.path.insert(0, os.path.join(ROOT, "collections"))
 
-import ddtree_textcheck as textcheck  # noqa: E402
+from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck import judge as textcheck  # noqa: E402
 
 CORPUS = os.path.join(ROOT, "tests", "data", "textcheck_corpus.jsonl")
 MIN_RECALL = 95.0

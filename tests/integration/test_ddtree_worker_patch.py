@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-import ddtree_patch  # the project's strict series parser (module_utils, on the tests' path)
+from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch  # the project's strict series parser (module_utils, on the tests' path)
 
 REPO = Path(__file__).resolve().parents[2]
 PATCH_DIR = REPO / "roles" / "sglang" / "files" / "patches"

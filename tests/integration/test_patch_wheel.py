@@ -3,7 +3,7 @@
 The part of the wheel that matters is unpacked into tmp_path (never the shared copy): every
 ``sglang/srt`` module that mentions DFLASH (which includes every file the patches touch) plus
 ``sglang/__init__.py``; unpacking all 6,400 files per test made the suite slow on a busy box. The series is applied through
-module_utils/ddtree_patch.py and once through the Ansible module (ansible-playbook, local
+plugins/module_utils/patch/series.py and once through the Ansible module (ansible-playbook, local
 connection), then checked statically (ast) and semantically without torch: the
 SpeculativeAlgorithm class and spec_need_hidden_states are cut out of the patched sources with
 ast and executed against stubs.
@@ -30,12 +30,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE_UTILS = REPO / "module_utils"
 PATCH_DIR = REPO / "roles" / "sglang" / "files" / "patches"
 DEFAULT_WHEEL = "/var/cache/ddtree-lab/wheels/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl"
 WHEEL = Path(os.environ.get("DDTREE_SGLANG_WHEEL", DEFAULT_WHEEL))
 
-import ddtree_patch  # noqa: E402
+from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(not WHEEL.is_file(), reason="sglang wheel not found at %s (set DDTREE_SGLANG_WHEEL)" % WHEEL),
@@ -420,7 +419,7 @@ def test_through_the_ansible_module(tmp_path, members):
                         "site": str(site_dir),
                         "patch_files": patches,
                         # What role sglang does: the series planned by the filter (strict parsers).
-                        "plan": "{{ lookup('ansible.builtin.file', '%s') | ddtree_patch_plan("
+                        "plan": "{{ lookup('ansible.builtin.file', '%s') | ddtree.fleet.patch_plan("
                                 "lookup('ansible.builtin.file', '%s'), %s, [], '%s') }}"
                         % (PATCH_DIR / "series", PATCH_DIR / "SHA256SUMS", [Path(p).name for p in patches], PATCH_DIR),
                         "sums": "{{ plan | items2dict(key_name='name', value_name='sha256') }}",
@@ -450,7 +449,7 @@ def test_through_the_ansible_module(tmp_path, members):
                                     "dry is changed",
                                     "dry.applied == names",
                                     "'DDTREE' not in (src0.content | b64decode)",
-                                    "dry.fingerprint == (plan | ddtree_patchset_fingerprint)",
+                                    "dry.fingerprint == (plan | ddtree.fleet.patchset_fingerprint)",
                                 ]
                             },
                         },
@@ -494,9 +493,7 @@ def test_through_the_ansible_module(tmp_path, members):
         ANSIBLE_HOME=str(home),
         ANSIBLE_LOCAL_TEMP=str(home / "tmp"),
         ANSIBLE_REMOTE_TEMP=str(home / "remote"),
-        ANSIBLE_LIBRARY=str(REPO / "library"),
-        ANSIBLE_MODULE_UTILS=str(REPO / "module_utils"),
-        ANSIBLE_FILTER_PLUGINS=str(REPO / "filter_plugins"),
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_RETRY_FILES_ENABLED="0",
         ANSIBLE_DEPRECATION_WARNINGS="0",

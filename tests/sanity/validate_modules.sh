@@ -1,15 +1,9 @@
 #!/usr/bin/env bash
 # ddtree-fleet: run ansible-core's own module checker (ansible-test sanity --test validate-modules)
-# over library/ and module_utils/.
-#
-# ansible-test only checks collections, so the modules are laid out as a throw-away collection
-# (ansible_collections/ddtree/fleet) in a temporary directory:
-#   library/*.py        -> plugins/modules/
-#   module_utils/*.py   -> plugins/module_utils/
-#   action_plugins/*.py -> plugins/action/   (validate-modules sees which modules have one)
-# In that copy only, imports of ansible.module_utils.ddtree_* are rewritten to the collection's
-# plugins/module_utils, so the checker really imports the modules and their argument specs
-# (no fallback to sys.path or to this tree's ansible.cfg: ANSIBLE_* settings are cleared).
+# over the collection ddtree.fleet as it ships: `ansible-galaxy collection build` of this checkout,
+# installed into a temporary ansible_collections tree, so the checker imports the modules, their
+# module_utils and action plugin exactly as an installed collection has them (no fallback to
+# sys.path or to this tree's ansible.cfg: ANSIBLE_* settings are cleared).
 #
 # The project keeps its own licence: the only check suppressed is validate-modules'
 # missing-gplv3-license (GPL header), via an ignore file written in the temporary collection for
@@ -38,31 +32,12 @@ NAME=fleet
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ddtree-validate-modules.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 coll=$tmp/ansible_collections/$NS/$NAME
-mkdir -p "$coll/plugins/modules" "$coll/plugins/module_utils" "$coll/plugins/action" \
-         "$coll/meta" "$coll/tests/sanity"
 
-cp "$ROOT"/library/*.py "$coll/plugins/modules/"
-cp "$ROOT"/module_utils/*.py "$coll/plugins/module_utils/"
-if compgen -G "$ROOT/action_plugins/*.py" >/dev/null; then
-    cp "$ROOT"/action_plugins/*.py "$coll/plugins/action/"
-fi
-
-# ansible.module_utils.ddtree_x -> ansible_collections.ddtree.fleet.plugins.module_utils.ddtree_x
-target="ansible_collections.$NS.$NAME.plugins.module_utils"
-sed -i -E \
-    -e "s/\bansible\.module_utils\.ddtree_/$target.ddtree_/g" \
-    -e "s/\bfrom ansible\.module_utils import (ddtree_)/from $target import \1/g" \
-    "$coll"/plugins/modules/*.py "$coll"/plugins/module_utils/*.py
-
-cat > "$coll/galaxy.yml" <<YAML
-namespace: $NS
-name: $NAME
-version: 0.0.0
-readme: README.md
-authors: [ddtree-fleet]
-YAML
-echo "# throw-away copy of ddtree-fleet's modules for ansible-test" > "$coll/README.md"
-printf 'requires_ansible: ">=2.19"\n' > "$coll/meta/runtime.yml"
+# The collection as users get it: built from galaxy.yml (its build_ignore applies) and installed.
+env -u ANSIBLE_CONFIG "$(dirname "$ANSIBLE_TEST")/ansible-galaxy" collection build --output-path "$tmp" "$ROOT" >/dev/null
+env -u ANSIBLE_CONFIG "$(dirname "$ANSIBLE_TEST")/ansible-galaxy" collection install --force --no-deps -p "$tmp" \
+    "$tmp/$NS-$NAME-"*.tar.gz >/dev/null
+mkdir -p "$coll/tests/sanity"
 
 # The one suppressed check: the GPLv3 header (the project has its own licence).
 core_version=$("$ROOT/.venv/bin/python" -c \
@@ -101,11 +76,10 @@ fi
 # project's Ansible settings so that nothing outside the temporary collection is importable.
 cd "$coll"
 set +e
-env -u ANSIBLE_CONFIG -u ANSIBLE_LIBRARY -u ANSIBLE_MODULE_UTILS -u ANSIBLE_ACTION_PLUGINS \
-    -u ANSIBLE_HOME -u PYTHONPATH HOME="$ANSIBLE_TEST_HOME" \
+env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH -u ANSIBLE_LIBRARY -u ANSIBLE_MODULE_UTILS \
+    -u ANSIBLE_ACTION_PLUGINS -u ANSIBLE_HOME -u PYTHONPATH HOME="$ANSIBLE_TEST_HOME" \
     "$ANSIBLE_TEST" sanity --test validate-modules --python "$PYTHON_VERSION" --color no "$@" 2>&1 \
-    | sed -u -e "s#plugins/modules/#library/#g" -e "s#plugins/module_utils/#module_utils/#g" \
-             -e "s#plugins/action/#action_plugins/#g"
+    | cat
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -eq 0 ]; then

@@ -38,8 +38,9 @@ DDTREE_DFLASH_FILES = [
 ]
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_mol_{name}", os.path.join(PROJECT, "module_utils", f"{name}.py"))
+def _load(relpath):
+    spec = importlib.util.spec_from_file_location(f"_mol_{relpath.replace('/', '_')}",
+                                                  os.path.join(PROJECT, "plugins", "module_utils", f"{relpath}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -57,7 +58,7 @@ def _patch_entries():
 
 
 PATCHES = _patch_entries()
-PATCHSET = _load("ddtree_patch").patchset_fingerprint(PATCHES)
+PATCHSET = _load("patch/series").patchset_fingerprint(PATCHES)
 VENV = f"/opt/sglang/venvs/0.5.23-{PATCHSET}"
 SITE = f"{VENV}/lib/python3.11/site-packages"
 
@@ -218,7 +219,7 @@ def test_known_good_points_at_deployed_fingerprint(host):
     unit_text = host.file(UNIT).content_string
     env_text = host.file(ENV_FILE).content_string
     logging_text = host.file(LOGGING_CONFIG).content_string
-    fingerprint = _load("ddtree_flags").config_fingerprint(unit_text, env_text, logging_text)
+    fingerprint = _load("flags").config_fingerprint(unit_text, env_text, logging_text)
     link = host.file(f"{STATE}/known-good")
     assert link.is_symlink
     assert link.linked_to == f"{STATE}/records/{fingerprint}"

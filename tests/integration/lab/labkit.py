@@ -321,8 +321,8 @@ def seeded_problems(host: str) -> list[str]:
 
 
 def reseed() -> Run:
-    """playbooks/lab_seed.yml: every host back on the known-good NEXTN unit."""
-    return run_playbook("playbooks/lab_seed.yml")
+    """lab/playbooks/lab_seed.yml: every host back on the known-good NEXTN unit."""
+    return run_playbook("lab/playbooks/lab_seed.yml")
 
 
 def has_snapshot(host: str) -> bool:

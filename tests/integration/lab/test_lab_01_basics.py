@@ -121,7 +121,7 @@ def test_root_group_vars_apply_to_root_playbooks_and_playbooks_dir(lab):
 
 @pytest.mark.parametrize("host", labkit.LAB_HOSTS)
 def test_seeded_unit_carries_the_group_vars(lab, host):
-    """playbooks/lab_seed.yml put the per-architecture values into the running unit."""
+    """lab/playbooks/lab_seed.yml put the per-architecture values into the running unit."""
     mem, tp = EXPECTED_VARS[host]
     unit = labkit.read_text(host, labkit.UNIT)
     assert f"--mem-fraction-static {mem} " in unit and f"--tp-size {tp} " in unit, unit

@@ -1,4 +1,4 @@
-"""Helpers for the ddtree-bench tests: module_utils on sys.path, a stand-in launcher (fixture re-exported by conftest)."""
+"""Helpers for the ddtree-bench tests: a stand-in launcher (fixture re-exported by conftest)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-MODULE_UTILS = REPO / "module_utils"
 STANDIN_SRC = REPO / "lab" / "standin" / "src"
 BENCH_BIN = REPO / "bin" / "ddtree-bench"
 WORKLOAD_V1 = REPO / "roles" / "benchmark" / "files" / "workload-v1.json"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import ddtree_bench as db
+from ansible_collections.ddtree.fleet.plugins.module_utils.bench import runner as db
 from bench_testlib import WORKLOAD_V1
 
 approx = pytest.approx

@@ -2,8 +2,8 @@
 
 import json
 
-import ddtree_bench as db
-import ddtree_bench_report as br
+from ansible_collections.ddtree.fleet.plugins.module_utils.bench import runner as db
+from ansible_collections.ddtree.fleet.plugins.plugin_utils import bench_report as br
 from bench_testlib import run_bench
 
 

@@ -21,7 +21,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 
-import ddtree_flags  # noqa: E402
+from ansible_collections.ddtree.fleet.plugins.module_utils import flags as ddtree_flags  # noqa: E402
 from sglang_lab_standin import cli, physics  # noqa: E402
 
 from test_flags import declared, flag_input  # noqa: E402
@@ -42,11 +42,11 @@ def _load(name: str, path: Path):
 
 
 def inputs_filter():
-    return _load("_budget_inputs_filter", REPO / "filter_plugins" / "ddtree_inputs.py")
+    return _load("_budget_inputs_filter", REPO / "plugins" / "filter" / "inputs.py")
 
 
 def patch_filters():
-    return _load("_budget_patch_filters", REPO / "filter_plugins" / "ddtree.py").FilterModule().filters()
+    return _load("_budget_patch_filters", REPO / "plugins" / "filter" / "patch.py").FilterModule().filters()
 
 
 # ---------------------------------------------------------------- the validation table
@@ -54,7 +54,7 @@ def patch_filters():
 def budget_problems(value):
     spec = load(REPO / "roles" / "sglang" / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
     limits = load(REPO / "playbooks" / "vars" / "inputs.yml")["ddtree_inputs_limits"]
-    return inputs_filter().ddtree_input_problems({"sglang_ddtree_budget": value},
+    return inputs_filter().input_problems({"sglang_ddtree_budget": value},
                                                  {"sglang_ddtree_budget": spec["sglang_ddtree_budget"]}, limits)
 
 
@@ -97,9 +97,9 @@ def test_each_group_vars_file_sets_a_budget_said_to_be_unmeasured(name):
 def test_the_default_patch_set_provides_the_flag_the_group_vars_ask_for():
     f = patch_filters()
     defaults = load(REPO / "roles" / "sglang" / "defaults" / "main.yml")
-    plan = f["ddtree_patch_plan"]((PATCH_DIR / "series").read_text(), (PATCH_DIR / "SHA256SUMS").read_text(),
+    plan = f["patch_plan"]((PATCH_DIR / "series").read_text(), (PATCH_DIR / "SHA256SUMS").read_text(),
                                   defaults["sglang_patches"], [], str(PATCH_DIR))
-    assert f["ddtree_patches_adding"](plan, ddtree_flags.DDTREE_BUDGET_FILE, ddtree_flags.DDTREE_BUDGET_FIELD)
+    assert f["patches_adding"](plan, ddtree_flags.DDTREE_BUDGET_FILE, ddtree_flags.DDTREE_BUDGET_FIELD)
 
 
 @pytest.mark.parametrize("arch,budget", [("sm86", 16), ("sm120", 32), ("sm90", 48), ("sm100", 64)])
@@ -173,7 +173,7 @@ def budget_patch(field_line: str = "    speculative_ddtree_budget: Optional[int]
 
 
 def test_patch_adds_looks_at_added_lines_of_the_right_file():
-    logic = _load("_budget_patch_logic", REPO / "module_utils" / "ddtree_patch.py")
+    logic = _load("_budget_patch_logic", REPO / "plugins" / "module_utils" / "patch" / "series.py")
     assert logic.patch_adds(budget_patch(), ddtree_flags.DDTREE_BUDGET_FILE, "speculative_ddtree_budget")
     assert not logic.patch_adds(budget_patch(path="sglang/srt/other.py"), ddtree_flags.DDTREE_BUDGET_FILE,
                                 "speculative_ddtree_budget")
@@ -190,16 +190,16 @@ def test_patches_adding_over_a_plan(tmp_path):
     other.write_text(budget_patch(path="sglang/srt/other.py"))
     plan = [{"name": p.name, "src": str(p), "sha256": "0" * 64} for p in (other, good)]
     plan.append({"name": "0097-missing.patch", "src": str(tmp_path / "missing"), "sha256": "0" * 64})
-    adding = patch_filters()["ddtree_patches_adding"]
+    adding = patch_filters()["patches_adding"]
     assert adding(plan, ddtree_flags.DDTREE_BUDGET_FILE, ddtree_flags.DDTREE_BUDGET_FIELD) == ["0099-budget.patch"]
 
 
 def test_in_the_builtin_series_only_the_worker_patch_adds_the_field():
     f = patch_filters()
     series_text = (PATCH_DIR / "series").read_text()
-    names = f["ddtree_patch_series"](series_text)
-    plan = f["ddtree_patch_plan"](series_text, (PATCH_DIR / "SHA256SUMS").read_text(), names, [], str(PATCH_DIR))
-    providers = f["ddtree_patches_adding"](plan, ddtree_flags.DDTREE_BUDGET_FILE, ddtree_flags.DDTREE_BUDGET_FIELD)
+    names = f["patch_series"](series_text)
+    plan = f["patch_plan"](series_text, (PATCH_DIR / "SHA256SUMS").read_text(), names, [], str(PATCH_DIR))
+    providers = f["patches_adding"](plan, ddtree_flags.DDTREE_BUDGET_FILE, ddtree_flags.DDTREE_BUDGET_FIELD)
     assert providers == [n for n in names if n.startswith("0004-")]
     assert not set(providers) & set(BUILTINS_0003)
 
@@ -236,7 +236,7 @@ def recording_playbook(name: str, enter: str, on_success: str) -> str:
 
 PLAYBOOK = recording_playbook(
     "Enter the sglang role's fact-free checks",
-    "            name: sglang\n            rolespec_validate: false",
+    "            name: ddtree.fleet.sglang\n            rolespec_validate: false",
     "{'status': 'ok', 'argv': sglang_config_argv}")
 
 
@@ -300,7 +300,7 @@ def test_role_refuses_a_pypi_patch_set_without_the_field(role_run):
 
 
 def test_role_names_the_builtin_patch_that_provides_it(role_run):
-    names = patch_filters()["ddtree_patch_series"]((PATCH_DIR / "series").read_text())
+    names = patch_filters()["patch_series"]((PATCH_DIR / "series").read_text())
     worker = [n for n in names if n.startswith("0004-")]
     msg = role_run["no_worker_patch"][1]
     if worker:
@@ -350,7 +350,7 @@ def test_every_group_declares_a_backend_ddtree_can_run_on(name):
 
 INSTALL_PLAYBOOK = recording_playbook(
     "Enter the sglang role's install checks on an already built venv",
-    "            name: sglang\n            tasks_from: install\n            rolespec_validate: false",
+    "            name: ddtree.fleet.sglang\n            tasks_from: install\n            rolespec_validate: false",
     "{'status': 'ok'}")
 GIT = {"type": "git", "repo": "https://example.invalid/sglang.git", "version": "v1"}
 

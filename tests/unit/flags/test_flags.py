@@ -2,7 +2,7 @@
 
 The declared settings are merged the way Ansible merges them for the root playbooks (role
 defaults < group_vars/all.yml < group_vars/<arch>.yml) for every lab host and algorithm, turned
-into argv by module_utils/ddtree_flags.py (the code the unit template uses), and parsed with the
+into argv by plugins/module_utils/flags.py (the code the unit template uses), and parsed with the
 parser built from the real flag list (lab/standin/.../sglang-0.5.23-cli.json).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 
-import ddtree_flags  # noqa: E402
+from ansible_collections.ddtree.fleet.plugins.module_utils import flags as ddtree_flags  # noqa: E402
 from sglang_lab_standin import cli  # noqa: E402
 
 LAB_HOSTS = {"ct129": "sm86", "ct200": "sm120"}
@@ -150,7 +150,7 @@ def test_config_fingerprint_changes_with_any_part():
 
 def test_the_algorithm_names_are_one_list():
     # ddtree_flags holds them; the input table, the role's draft list and the compatibility check agree.
-    import ddtree_spec
+    from ansible_collections.ddtree.fleet.plugins.module_utils import spec as ddtree_spec
     limits = load(REPO / "playbooks" / "vars" / "inputs.yml")["ddtree_inputs_limits"]
     for name in ("benchmark_candidates", "benchmark_baseline", "sglang_speculative_algorithm",
                  "sglang_known_good_algorithm"):

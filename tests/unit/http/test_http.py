@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-import ddtree_http as h
-import ddtree_probe as dp
+from ansible_collections.ddtree.fleet.plugins.module_utils.http import client as h
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import run as dp
 from ddtree_testlib import LIBRARY, run_adhoc
 
 # ---- parse_base_url ------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Shared fixtures for the ddtree-fleet module and module_utils unit tests.
 
-* ``module_utils/`` is put on ``sys.path`` (pure-logic imports) and appended to
-  ``ansible.module_utils.__path__`` so the modules' ``from ansible.module_utils.ddtree_*``
-  imports resolve in-process, exactly as they do inside AnsiballZ.
+* the checkout's ``collections/`` directory is on ``sys.path`` (pyproject's pythonpath), so the
+  modules' ``ansible_collections.ddtree.fleet.plugins.module_utils`` imports resolve in-process
+  exactly as they do inside AnsiballZ.
 * ``run_module`` runs a module's ``main()`` with ``patch_module_args`` and
   exit_json/fail_json patched to raise.
 """
@@ -16,14 +16,10 @@ import sys
 
 import pytest
 
-from ddtree_testlib import LIBRARY, MAKE_MODELS, MODULE_UTILS, ModuleExit, write_fake_nvidia_smi  # noqa: E402
+from ddtree_testlib import LIBRARY, MAKE_MODELS, ModuleExit, write_fake_nvidia_smi  # noqa: E402
 
-import ansible.module_utils  # noqa: E402
 from ansible.module_utils import basic  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
-
-if str(MODULE_UTILS) not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(MODULE_UTILS))
 
 
 def _load_library(name):

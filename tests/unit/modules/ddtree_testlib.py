@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-MODULE_UTILS = REPO / "module_utils"
-LIBRARY = REPO / "library"
+COLLECTIONS = REPO / "collections"
+LIBRARY = REPO / "plugins" / "modules"
+FILTERS = REPO / "plugins" / "filter"
 MAKE_MODELS = REPO / "lab" / "mirror" / "make_models.py"
 
 
@@ -76,8 +77,7 @@ def ansible_env(tmp_path):
     env.update(
         ANSIBLE_CONFIG=str(cfg),
         ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-        ANSIBLE_LIBRARY=str(LIBRARY),
-        ANSIBLE_MODULE_UTILS=str(MODULE_UTILS),
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
         ANSIBLE_HOME=str(tmp_path / "ansible-home"),
         ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
         ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-remote-tmp"),
@@ -97,6 +97,8 @@ def ansible_bin(name):
 
 def run_adhoc(tmp_path, module, args, check=True):
     """Run ``ansible localhost -m module -a args``; return (rc, status, result dict or None, raw output)."""
+    if "." not in module:
+        module = "ddtree.fleet." + module
     cmd = [ansible_bin("ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", module, "-a", args]
     if check:
         cmd.append("--check")

@@ -1,10 +1,10 @@
-"""Unit tests for module_utils/ddtree_gpu.py (pure logic, no host needed)."""
+"""Unit tests for plugins/module_utils/gpu.py (pure logic, no host needed)."""
 
 from __future__ import annotations
 
 import pytest
 
-import ddtree_gpu as g
+from ansible_collections.ddtree.fleet.plugins.module_utils import gpu as g
 from ddtree_testlib import A6000_LIST, A6000_QUERY, PRO6000_LIST, PRO6000_NAME, PRO6000_QUERY
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for module_utils/ddtree_spec.py (pure logic, no host needed)."""
+"""Unit tests for plugins/module_utils/spec.py (pure logic, no host needed)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-import ddtree_spec as s
+from ansible_collections.ddtree.fleet.plugins.module_utils import spec as s
 from ddtree_testlib import write_safetensors
 
 TARGET = {

@@ -1,4 +1,4 @@
-"""Tests for library/gpu_facts.py with fake nvidia-smi scripts (no GPU needed)."""
+"""Tests for plugins/modules/gpu_facts.py with fake nvidia-smi scripts (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_mixed_arch(run_module, fake_smi):
 
 
 def test_through_ansible_adhoc(fake_smi, tmp_path):
-    """Run the module the real way (AnsiballZ ships module_utils/ddtree_gpu.py)."""
+    """Run the module the real way (AnsiballZ ships plugins/module_utils/gpu.py)."""
     smi = fake_smi(A6000_QUERY, A6000_LIST)
     rc, status, result, raw = run_adhoc(tmp_path, "gpu_facts", "nvidia_smi=%s" % smi)
     assert rc == 0 and status == "SUCCESS", raw

@@ -1,4 +1,4 @@
-"""Tests for module_utils/ddtree_state.py and library/host_state.py (a host's state read in one call)."""
+"""Tests for plugins/module_utils/state.py and plugins/modules/host_state.py (a host's state read in one call)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-import ddtree_patch
-import ddtree_state as st
+from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch
+from ansible_collections.ddtree.fleet.plugins.module_utils import state as st
 from ddtree_testlib import A6000_LIST, A6000_QUERY
 
 UNIT = "[Service]\nExecStart=/opt/sglang/venvs/x/bin/python -m sglang.launch_server\n"

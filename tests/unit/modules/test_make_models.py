@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ddtree_spec
+from ansible_collections.ddtree.fleet.plugins.module_utils import spec as ddtree_spec
 from ddtree_testlib import MAKE_MODELS, model_dir
 
 REPOS = ("Qwen/Qwen3.6-27B", "z-lab/Qwen3.6-27B-DFlash", "z-lab/Qwen3-8B-DFlash")

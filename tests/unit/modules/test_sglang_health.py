@@ -54,9 +54,9 @@ print("\\n".join(f"{{k}}={{v}}" for k, v in cur.items()))
 
 def run_module(tmp_path, args, path_dir):
     (tmp_path / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = {"PATH": f"{path_dir}:/usr/bin:/bin", "PYTHONPATH": str(REPO / "module_utils")}
+    env = {"PATH": f"{path_dir}:/usr/bin:/bin", "PYTHONPATH": str(REPO / "collections")}
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, str(REPO / "library" / "sglang_health.py"), str(tmp_path / "args.json")],
+    res = subprocess.run([sys.executable, str(REPO / "plugins" / "modules" / "sglang_health.py"), str(tmp_path / "args.json")],
                          capture_output=True, text=True, env=env, timeout=60)
     return json.loads(res.stdout), time.monotonic() - t0
 

@@ -1,4 +1,4 @@
-"""Tests for library/spec_compat.py against the generated lab mirror and small fixtures."""
+"""Tests for plugins/modules/spec_compat.py against the generated lab mirror and small fixtures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fixtures for the patch-set unit tests (module_utils/ddtree_patch.py, sglang_patch, filters).
+"""Fixtures for the patch-set unit tests (plugins/module_utils/patch/series.py, sglang_patch, filters).
 
 Synthetic site-packages trees under tmp_path; GNU patch must be installed.
 """
@@ -24,6 +24,6 @@ def tree(tmp_path):
 
 @pytest.fixture(scope="session")
 def logic():
-    import ddtree_patch
+    from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch
 
     return ddtree_patch

@@ -8,16 +8,9 @@ import importlib.util
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-MODULE_UTILS = REPO / "module_utils"
-LIBRARY = REPO / "library"
-FILTER_PLUGINS = REPO / "filter_plugins"
+LIBRARY = REPO / "plugins" / "modules"
+FILTER_PLUGINS = REPO / "plugins" / "filter"
 PATCH_DIR = REPO / "roles" / "sglang" / "files" / "patches"
-
-
-import ansible.module_utils  # noqa: E402
-
-if str(MODULE_UTILS) not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(MODULE_UTILS))
 
 
 def sha256(path):
@@ -102,7 +95,7 @@ class Tree:
 
 
 def load_filter_plugin():
-    spec = importlib.util.spec_from_file_location("ddtree_filter_plugin_under_test", FILTER_PLUGINS / "ddtree.py")
+    spec = importlib.util.spec_from_file_location("ddtree_filter_plugin_under_test", FILTER_PLUGINS / "patch.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""library/sglang_patch.py in-process (patch_module_args, exit/fail patched to raise)."""
+"""plugins/modules/sglang_patch.py in-process (patch_module_args, exit/fail patched to raise)."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ def test_patch_targets_refuse_escaping_paths(logic):
 
 
 def test_repo_series_matches_sha256sums():
-    import ddtree_patch
+    from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch
 
     names = ddtree_patch.parse_series((PATCH_DIR / "series").read_text())
     sums = ddtree_patch.parse_sha256sums((PATCH_DIR / "SHA256SUMS").read_text())
@@ -100,7 +100,7 @@ def test_repo_series_matches_sha256sums():
 
 
 def test_repo_patches_use_site_packages_paths():
-    import ddtree_patch
+    from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch
 
     for name in ddtree_patch.parse_series((PATCH_DIR / "series").read_text()):
         text = (PATCH_DIR / name).read_text()
@@ -132,7 +132,7 @@ def test_0001_and_0002_keep_their_bytes():
 
 
 def test_0003_only_creates_ddtree_tree():
-    import ddtree_patch
+    from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch
 
     text = (PATCH_DIR / "0003-ddtree-tree.patch").read_text()
     assert ddtree_patch.patch_targets(text) == ["sglang/srt/speculative/ddtree_tree.py"]
@@ -142,7 +142,7 @@ def test_0003_only_creates_ddtree_tree():
 
 
 def test_0001_only_touches_spec_info():
-    import ddtree_patch
+    from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch
 
     text = (PATCH_DIR / "0001-ddtree-register-algorithm.patch").read_text()
     assert ddtree_patch.patch_targets(text) == ["sglang/srt/speculative/spec_info.py"]
@@ -155,22 +155,22 @@ def test_filter_plugin_uses_the_same_fingerprint(logic):
     plugin = load_filter_plugin()
     filters = plugin.FilterModule().filters()
     entries = [{"name": "0001-x.patch", "sha256": A}, {"name": "0002-y.patch", "sha256": B}]
-    assert filters["ddtree_patchset_fingerprint"](entries) == logic.patchset_fingerprint(entries)
-    assert filters["ddtree_patchset_fingerprint"]([]) == "nopatch"
-    assert filters["ddtree_patchset_fingerprint"](entries, 20) == logic.patchset_fingerprint_full(entries)[:20]
+    assert filters["patchset_fingerprint"](entries) == logic.patchset_fingerprint(entries)
+    assert filters["patchset_fingerprint"]([]) == "nopatch"
+    assert filters["patchset_fingerprint"](entries, 20) == logic.patchset_fingerprint_full(entries)[:20]
 
 
 def test_filter_plugin_plans_the_repo_patch_set(logic):
     plugin = load_filter_plugin()
     filters = plugin.FilterModule().filters()
     names = logic.parse_series((PATCH_DIR / "series").read_text())
-    plan = filters["ddtree_patch_plan"]((PATCH_DIR / "series").read_text(), (PATCH_DIR / "SHA256SUMS").read_text(),
+    plan = filters["patch_plan"]((PATCH_DIR / "series").read_text(), (PATCH_DIR / "SHA256SUMS").read_text(),
                                         list(reversed(names)), [], str(PATCH_DIR))
     assert [e["name"] for e in plan] == names == [
         "0001-ddtree-register-algorithm.patch", "0002-ddtree-dflash-family.patch", "0003-ddtree-tree.patch",
             "0004-ddtree-worker.patch"]
     assert [e["src"] for e in plan] == [f"{PATCH_DIR}/{n}" for n in names]
-    assert filters["ddtree_patchset_fingerprint"](plan) == logic.patchset_fingerprint(
+    assert filters["patchset_fingerprint"](plan) == logic.patchset_fingerprint(
         [(n, sha256(PATCH_DIR / n)) for n in names]
     )
 
@@ -207,6 +207,6 @@ def test_filter_plugin_errors_are_filter_errors():
     plugin = load_filter_plugin()
     filters = plugin.FilterModule().filters()
     with pytest.raises(AnsibleFilterError, match="sha256"):
-        filters["ddtree_patchset_fingerprint"]([{"name": "x.patch", "sha256": "nope"}])
-    with pytest.raises(AnsibleFilterError, match="ddtree_patch_plan: sglang_patches: unknown patch"):
-        filters["ddtree_patch_plan"]("0001-a.patch\n", "", ["x.patch"], [], "/p")
+        filters["patchset_fingerprint"]([{"name": "x.patch", "sha256": "nope"}])
+    with pytest.raises(AnsibleFilterError, match="patch_plan: sglang_patches: unknown patch"):
+        filters["patch_plan"]("0001-a.patch\n", "", ["x.patch"], [], "/p")

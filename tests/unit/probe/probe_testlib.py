@@ -1,4 +1,4 @@
-"""Helpers for the probe tests: module_utils on sys.path and a tiny SGLang-like
+"""Helpers for the probe tests: the collection's root and a tiny SGLang-like
 streaming HTTP server bound to 127.0.0.1 (stdlib only)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-MODULE_UTILS = os.path.join(REPO, "module_utils")
+COLLECTIONS = os.path.join(REPO, "collections")
 
 KNOWN_ANSWERS = {
     "What is 2 + 2? Answer with a number only.": "4",

@@ -1,10 +1,10 @@
-"""The lossless-agreement rule (module_utils/ddtree_agreement.py) on hand-made probe results."""
+"""The lossless-agreement rule (plugins/module_utils/probe/agreement.py) on hand-made probe results."""
 
 import math
 
 import pytest
 
-import ddtree_agreement as ag
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import agreement as ag
 
 
 def result(ids, margins=None, text=None, tokens=None):

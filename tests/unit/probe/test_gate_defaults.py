@@ -4,8 +4,8 @@ from pathlib import Path
 
 import yaml
 
-import ddtree_agreement as ag
-import ddtree_probe as dp
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import agreement as ag
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import run as dp
 from probe_testlib import REPO as _REPO
 
 REPO = Path(_REPO)
@@ -28,7 +28,7 @@ def test_agreement_rule_is_the_gates_and_the_modules():
     assert gate["quality_gate_agreement_tokens"] == rule["tokens"]
     assert gate["quality_gate_near_tie_margin"] == rule["near_tie_margin"]
     assert gate["quality_gate_max_late_divergences"] == rule["max_late"]
-    doc = yaml.safe_load((REPO / "library" / "sglang_probe.py").read_text()
+    doc = yaml.safe_load((REPO / "plugins" / "modules" / "sglang_probe.py").read_text()
                          .split('DOCUMENTATION = r"""')[1].split('"""')[0])["options"]
     assert doc["agreement"]["default"] == rule["mode"]
     assert doc["agreement_tokens"]["default"] == rule["tokens"]

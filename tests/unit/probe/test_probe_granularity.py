@@ -3,7 +3,7 @@ scheduler step: under speculative decoding a step adds about the accept length).
 
 import pytest
 
-import ddtree_probe as dp
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import run as dp
 from probe_testlib import KNOWN_ANSWERS, split_tokens
 
 FREEFORM = [p for p in KNOWN_ANSWERS if p.startswith("Explain")][0]

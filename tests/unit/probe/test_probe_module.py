@@ -1,4 +1,4 @@
-"""library/sglang_probe.py via patch_module_args, and once as a real ansible task."""
+"""plugins/modules/sglang_probe.py via patch_module_args, and once as a real ansible task."""
 
 import importlib.util
 import json
@@ -10,11 +10,9 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-import ddtree_probe
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import run as ddtree_probe
 from probe_testlib import REPO
 
-# The module imports ansible.module_utils.ddtree_probe; map it to the repo's copy.
-sys.modules.setdefault("ansible.module_utils.ddtree_probe", ddtree_probe)
 
 FAST = dict(stall_timeout=2.0, ttft_timeout=3.0, rate_window_s=1.0)
 
@@ -28,7 +26,7 @@ class Exit(Exception):
 
 def _load_module():
     spec = importlib.util.spec_from_file_location(
-        "sglang_probe_under_test", os.path.join(REPO, "library", "sglang_probe.py"))
+        "sglang_probe_under_test", os.path.join(REPO, "plugins", "modules", "sglang_probe.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -117,15 +115,14 @@ def test_bad_prompts_fail_with_message(run_module):
 
 def test_real_ansible_task_in_check_mode(fake_server, tmp_path):
     srv = fake_server()
-    env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(REPO, "library"),
-               ANSIBLE_MODULE_UTILS=os.path.join(REPO, "module_utils"),
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, "collections"),
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOME=str(tmp_path / "home"),
                ANSIBLE_STDOUT_CALLBACK="minimal", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
     ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
     p = subprocess.run(
         [ansible, "-i", "localhost,", "-c", "local", "localhost", "--check",
-         "-e", "ansible_python_interpreter=%s" % sys.executable, "-m", "sglang_probe",
+         "-e", "ansible_python_interpreter=%s" % sys.executable, "-m", "ddtree.fleet.sglang_probe",
          "-a", json.dumps({"url": srv.url, "api_key": "adhoc-secret", "stall_timeout": 2})],
         capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -146,18 +143,19 @@ ENGLISH = ("Sure. A queue holds items in the order they arrive and hands them ou
 def _adhoc(srv, tmp_path, action_plugins, args=None):
     """The module run by a real `ansible` on the host's system python3 (the standard library only,
     as on a target host); with the repository's action plugin, the controller judges again."""
-    env = dict(os.environ, ANSIBLE_LIBRARY=os.path.join(REPO, "library"),
-               ANSIBLE_MODULE_UTILS=os.path.join(REPO, "module_utils"),
+    # By its FQCN the module runs under the collection's action plugin; by its short name, from
+    # ANSIBLE_LIBRARY, it runs alone (its module_utils still come from the collection).
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, "collections"),
+               ANSIBLE_LIBRARY=os.path.join(REPO, "plugins", "modules"),
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOME=str(tmp_path / "home"),
                ANSIBLE_STDOUT_CALLBACK="minimal", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
-               ANSIBLE_ACTION_PLUGINS=os.path.join(REPO, "action_plugins") if action_plugins
-               else str(tmp_path / "none"))
+               ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    module = "ddtree.fleet.sglang_probe" if action_plugins else "sglang_probe"
     ansible = os.path.join(os.path.dirname(sys.executable), "ansible")
     args = args or {"url": srv.url, "stall_timeout": 2, "prompts": [{"name": "fr", "prompt": FRENCH}]}
     p = subprocess.run(
         [ansible, "-i", "localhost,", "-c", "local", "localhost",
-         "-e", "ansible_python_interpreter=/usr/bin/python3", "-m", "sglang_probe",
+         "-e", "ansible_python_interpreter=/usr/bin/python3", "-m", module,
          "-a", json.dumps(args)], capture_output=True, text=True, env=env, timeout=120)
     head, _, body = p.stdout.partition("=>")
     assert "SUCCESS" in head or "FAILED" in head, p.stdout + p.stderr

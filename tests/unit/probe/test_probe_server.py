@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-import ddtree_probe as dp
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import run as dp
 from probe_testlib import REPO, good_answer, split_tokens
 
 FAST = dict(stall_timeout=2.0, ttft_timeout=3.0, rate_window_s=1.0, min_tokens_per_s=5.0)

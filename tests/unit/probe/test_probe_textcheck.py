@@ -3,7 +3,7 @@ outputs that must be flagged, with the reason code checked."""
 
 import pytest
 
-from ddtree_textcheck import assess, expect_matches, find_loops
+from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck.judge import assess, expect_matches, find_loops
 
 GOOD = {
     "digit": "4",

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from probe_testlib import MODULE_UTILS, REPO
+from probe_testlib import COLLECTIONS, REPO
 
-import ddtree_textcheck as textcheck
-from ddtree_textcheck import assess, judges, same_output_reasons
+from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck import judge as textcheck
+from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck.judge import assess, judges, same_output_reasons
 
 CORPUS = os.path.join(REPO, "tests", "data", "textcheck_corpus.jsonl")
 
@@ -288,7 +288,7 @@ class Block(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Block())
 sys.path.insert(0, sys.argv[1])
-import ddtree_textcheck as t
+from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck import judge as t
 assert all(t._lib(name) is None for name in ("ftfy.badness", "pycld2", "wordfreq"))
 j = t.judges()
 assert j["library_backed"] is False, j
@@ -308,7 +308,7 @@ print(t.same_output_reasons([("a", "p1", same), ("b", "p2", same)]) and "ok")
 
 
 def test_stdlib_only_path_imports_and_judges_without_libraries():
-    proc = subprocess.run([sys.executable, "-I", "-c", _BLOCKED_RUN, MODULE_UTILS],
+    proc = subprocess.run([sys.executable, "-I", "-c", _BLOCKED_RUN, COLLECTIONS],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"

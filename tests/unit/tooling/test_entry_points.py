@@ -36,8 +36,10 @@ def _entered(node, found):
             _entered(item, found)
 
 
-@pytest.fixture(scope="module")
-def entered():
+COLLECTION = "ddtree.fleet."
+
+
+def _entered_by_name():
     found = set()
     for path in _yaml_files():
         _entered(yaml.safe_load(path.read_text()), found)
@@ -45,6 +47,18 @@ def entered():
         for dep in yaml.safe_load(meta.read_text()).get("dependencies") or []:
             found.add((dep["role"] if isinstance(dep, dict) else dep, "main"))
     return found
+
+
+@pytest.fixture(scope="module")
+def entered():
+    return {(name.removeprefix(COLLECTION), entry) for name, entry in _entered_by_name()}
+
+
+def test_roles_are_entered_by_their_fqcn():
+    """The checkout has no roles_path: a role named without ddtree.fleet. would not be found
+    (and in an installed collection would not be this one)."""
+    short = sorted(name for name, _ in _entered_by_name() if not name.startswith(COLLECTION))
+    assert short == []
 
 
 @pytest.fixture(scope="module")

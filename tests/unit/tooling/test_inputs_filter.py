@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def _filters():
-    spec = importlib.util.spec_from_file_location("_ddtree_inputs_filters", REPO / "filter_plugins" / "ddtree_inputs.py")
+    spec = importlib.util.spec_from_file_location("_ddtree_inputs_filters", REPO / "plugins" / "filter" / "inputs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -22,7 +22,7 @@ def test_each_playbooks_entry_points_merge_into_every_option(playbook):
     entry_points = yaml.safe_load((REPO / "playbooks" / "vars" / "inputs.yml").read_text())["ddtree_inputs_entry_points"][playbook]
     specs = {ref.split(":")[0]: yaml.safe_load((REPO / "roles" / ref.split(":")[0] / "meta" / "argument_specs.yml").read_text())
              for ref in entry_points}
-    merged = _filters().ddtree_spec_options(specs, entry_points)
+    merged = _filters().spec_options(specs, entry_points)
     for ref in entry_points:
         role, entry = ref.split(":")
         for name, option in (specs[role]["argument_specs"][entry].get("options") or {}).items():
@@ -33,6 +33,6 @@ def test_an_option_specified_two_ways_is_refused_naming_both():
     specs = {"a": {"argument_specs": {"main": {"options": {"x": {"type": "int"}}}}},
              "b": {"argument_specs": {"run": {"options": {"x": {"type": "str"}}, }}}}
     with pytest.raises(AnsibleFilterError, match="option x is specified differently by a:main and b:run"):
-        _filters().ddtree_spec_options(specs, ["a:main", "b:run"])
+        _filters().spec_options(specs, ["a:main", "b:run"])
     same = {"a": specs["a"], "b": {"argument_specs": {"run": {"options": {"x": {"type": "int"}}}}}}
-    assert _filters().ddtree_spec_options(same, ["a:main", "b:run"]) == {"x": {"type": "int"}}
+    assert _filters().spec_options(same, ["a:main", "b:run"]) == {"x": {"type": "int"}}

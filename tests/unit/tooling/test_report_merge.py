@@ -1,4 +1,4 @@
-"""module_utils/ddtree_report.py and bin/ddtree-report: a sliced run's reports merge into the fleet's."""
+"""plugins/module_utils/report.py and bin/ddtree-report: a sliced run's reports merge into the fleet's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 
-import ddtree_report as dr  # noqa: E402
+from ansible_collections.ddtree.fleet.plugins.module_utils import report as dr  # noqa: E402
 
 CLI = REPO / "bin" / "ddtree-report"
 STATUS = ["in_sync", "corrected", "in_sync", "quarantined", "in_sync", "failed", "in_sync", "unreachable"]

@@ -17,7 +17,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 ROLES = REPO / "roles"
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "meta" / "main.yml").exists())
-MODULE_NAMES = {p.stem for p in (REPO / "library").glob("*.py")}
+MODULE_NAMES = {p.stem for p in (REPO / "plugins" / "modules").glob("*.py")}
 SCANNED = ("tasks", "handlers", "templates", "defaults", "vars")
 WORD = re.compile(r"\b[a-z][a-z0-9_]*\b")
 MARKUP = re.compile(r"C\(([a-z][a-z0-9_]*)\)")
@@ -33,7 +33,7 @@ def dependencies(role: str, seen: set[str] | None = None) -> set[str]:
     seen = set() if seen is None else seen
     meta = yaml.safe_load((ROLES / role / "meta" / "main.yml").read_text()) or {}
     for dep in meta.get("dependencies") or []:
-        name = dep if isinstance(dep, str) else dep.get("role") or dep.get("name")
+        name = (dep if isinstance(dep, str) else dep.get("role") or dep.get("name")).removeprefix("ddtree.fleet.")
         if name not in seen:
             seen.add(name)
             dependencies(name, seen)

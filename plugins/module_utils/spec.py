@@ -36,12 +36,8 @@ import struct
 
 # The algorithm names are ddtree_flags' (one list for the command line, the compatibility check,
 # the spec_compat module's choices; tests/unit/flags checks inputs.yml and the role vars against it).
-try:
-    from ansible.module_utils.ddtree_flags import ALGORITHMS, DFLASH_FAMILY
-    from ansible.module_utils.ddtree_flags import DRAFT_ALGORITHMS as DRAFT_REQUIRED
-except ImportError:
-    from ddtree_flags import ALGORITHMS, DFLASH_FAMILY  # noqa: F401  (re-exported)
-    from ddtree_flags import DRAFT_ALGORITHMS as DRAFT_REQUIRED
+from ansible_collections.ddtree.fleet.plugins.module_utils.flags import ALGORITHMS, DFLASH_FAMILY  # noqa: F401  (re-exported)
+from ansible_collections.ddtree.fleet.plugins.module_utils.flags import DRAFT_ALGORITHMS as DRAFT_REQUIRED
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 NESTED_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
 FC_WEIGHT_NAMES = ("fc.weight",)

@@ -14,12 +14,8 @@ import os
 import shutil
 import subprocess
 
-try:
-    from ansible.module_utils.ddtree_gpu import QUERY_ARGS, gpu_facts_from_outputs
-    from ansible.module_utils.ddtree_patch import PatchSetError, ensure_patchset
-except ImportError:
-    from ddtree_gpu import QUERY_ARGS, gpu_facts_from_outputs
-    from ddtree_patch import PatchSetError, ensure_patchset
+from ansible_collections.ddtree.fleet.plugins.module_utils.gpu import QUERY_ARGS, gpu_facts_from_outputs
+from ansible_collections.ddtree.fleet.plugins.module_utils.patch.series import PatchSetError, ensure_patchset
 
 KG_FILES = ("meta.json", "unit", "env")
 # Recorded since the unit reads a logging config (SGLANG_LOGGING_CONFIG_PATH); a record written

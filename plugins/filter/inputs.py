@@ -5,7 +5,7 @@
 silently: a ``str`` option takes a mapping and turns it into its repr, a ``list`` option splits
 ``"a,b"``, a ``dict`` option parses ``"k=v"``, an ``int`` option takes ``true``, a ``float``
 option takes ``"nan"``. The role then renders that value into a unit or a command line, well
-after the run has started changing hosts. ``ddtree_input_problems`` refuses all of that and
+after the run has started changing hosts. ``input_problems`` refuses all of that and
 also applies the documented ranges (``playbooks/vars/inputs.yml``: min/max, gt/lt, choices,
 pattern, absolute paths, allowed keys), so playbooks/tasks/validate_inputs.yml can fail every
 bad input in the preflight play, before any host changes, with one message per variable that
@@ -92,7 +92,7 @@ def _type_ok(value, wanted):
         return isinstance(value, Mapping)
     if wanted in ("raw", None):
         return True
-    raise AnsibleFilterError("ddtree_input_problems: argument spec type %r is not supported" % wanted)
+    raise AnsibleFilterError("input_problems: argument spec type %r is not supported" % wanted)
 
 
 def _range_problems(value, wanted, limits):
@@ -224,11 +224,11 @@ def _check(name, value, spec, limits_by_name, problems):
         bad()
 
 
-def ddtree_input_problems(values, options, limits=None):
+def input_problems(values, options, limits=None):
     """One message per option in ``options`` (an argument spec entry point's options) whose value
     in ``values`` (option name -> value; absent when not set) breaks the spec or ``limits``."""
     if not isinstance(values, Mapping) or not isinstance(options, Mapping):
-        raise AnsibleFilterError("ddtree_input_problems expects a mapping of values and a mapping of options")
+        raise AnsibleFilterError("input_problems expects a mapping of values and a mapping of options")
     limits = dict(limits or {})
     problems = []
     for name in sorted(options):
@@ -237,7 +237,7 @@ def ddtree_input_problems(values, options, limits=None):
     return problems
 
 
-def ddtree_spec_options(specs, entry_points):
+def spec_options(specs, entry_points):
     """Merged options of ``entry_points`` (["role:entry", ...]) from ``specs`` (role -> the parsed
     meta/argument_specs.yml); fails naming an entry point that has no argument spec."""
     merged, where = {}, {}
@@ -260,6 +260,6 @@ def ddtree_spec_options(specs, entry_points):
 class FilterModule:
     def filters(self):
         return {
-            "ddtree_input_problems": ddtree_input_problems,
-            "ddtree_spec_options": ddtree_spec_options,
+            "input_problems": input_problems,
+            "spec_options": spec_options,
         }

@@ -25,18 +25,11 @@ import ssl
 import statistics
 import time
 
-try:
-    from ansible.module_utils import ddtree_agreement as agreement_rules
-    from ansible.module_utils.ddtree_http import (BadURL, ConnectionClosed, HttpError,
-                                                  HttpTimeout, ProtocolError, Stream,
-                                                  Unreachable, get_json, parse_base_url,
-                                                  redact_url)
-    from ansible.module_utils.ddtree_textcheck import assess, judges, same_output_reasons
-except ImportError:
-    import ddtree_agreement as agreement_rules
-    from ddtree_http import (BadURL, ConnectionClosed, HttpError, HttpTimeout, ProtocolError,
-                             Stream, Unreachable, get_json, parse_base_url, redact_url)
-    from ddtree_textcheck import assess, judges, same_output_reasons
+from ansible_collections.ddtree.fleet.plugins.module_utils.http.client import (BadURL, ConnectionClosed, HttpError, HttpTimeout,
+                                                                       ProtocolError, Stream, Unreachable,
+                                                                       get_json, parse_base_url, redact_url)
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import agreement as agreement_rules
+from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck.judge import assess, judges, same_output_reasons
 
 PASS = "pass"
 FAIL = "fail"

@@ -8,16 +8,10 @@ implementation.
 
 from __future__ import annotations
 
-import os
-import sys
-
 from ansible.errors import AnsibleFilterError
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
 
-import ddtree_patch  # noqa: E402  (path set above: one implementation for modules, filters and tests)
+from ansible_collections.ddtree.fleet.plugins.module_utils.patch import series as ddtree_patch
 
 
 def _call(name, func, *args, **kwargs):
@@ -27,26 +21,26 @@ def _call(name, func, *args, **kwargs):
         raise AnsibleFilterError("%s: %s" % (name, exc)) from exc
 
 
-def ddtree_patchset_fingerprint(entries, length=None):
+def patchset_fingerprint(entries, length=None):
     """Short fingerprint of a list of ``{"name", "sha256"}`` (``nopatch`` if empty)."""
     kwargs = {} if length is None else {"length": int(length)}
-    return _call("ddtree_patchset_fingerprint", ddtree_patch.patchset_fingerprint, entries, **kwargs)
+    return _call("patchset_fingerprint", ddtree_patch.patchset_fingerprint, entries, **kwargs)
 
 
-def ddtree_patch_plan(series_text, sums_text, selected, extras, patch_dir):
+def patch_plan(series_text, sums_text, selected, extras, patch_dir):
     """The patch set to apply, ``[{"name", "src", "sha256"}]``: the selected built-ins in series
     order, then the user's patches (``sglang_patches``, ``sglang_extra_patches``)."""
-    return _call("ddtree_patch_plan", ddtree_patch.select_patches, str(series_text), str(sums_text),
+    return _call("patch_plan", ddtree_patch.select_patches, str(series_text), str(sums_text),
                  selected, extras, str(patch_dir))
 
 
-def ddtree_patch_series(series_text):
+def patch_series(series_text):
     """The patch names of a ``series`` file, in order (the strict parser of the patch plan)."""
-    return _call("ddtree_patch_series", ddtree_patch.parse_series, str(series_text))
+    return _call("patch_series", ddtree_patch.parse_series, str(series_text))
 
 
-def ddtree_patches_adding(plan, target, marker):
-    """Names of the patches in ``plan`` (``ddtree_patch_plan``'s entries, read from their ``src``
+def patches_adding(plan, target, marker):
+    """Names of the patches in ``plan`` (``patch_plan``'s entries, read from their ``src``
     on the controller) that add a line containing ``marker`` to ``target``: which patch of the
     set provides a field (and so a flag) that stock SGLang lacks. An unreadable file provides
     nothing (the install's checksum step names it)."""
@@ -57,7 +51,7 @@ def ddtree_patches_adding(plan, target, marker):
                 text = handle.read()
         except (OSError, KeyError, TypeError, UnicodeDecodeError):
             continue
-        if _call("ddtree_patches_adding: %s" % entry.get("name"), ddtree_patch.patch_adds,
+        if _call("patches_adding: %s" % entry.get("name"), ddtree_patch.patch_adds,
                  text, str(target), str(marker)):
             names.append(entry["name"])
     return names
@@ -66,8 +60,8 @@ def ddtree_patches_adding(plan, target, marker):
 class FilterModule:
     def filters(self):
         return {
-            "ddtree_patchset_fingerprint": ddtree_patchset_fingerprint,
-            "ddtree_patch_plan": ddtree_patch_plan,
-            "ddtree_patch_series": ddtree_patch_series,
-            "ddtree_patches_adding": ddtree_patches_adding,
+            "patchset_fingerprint": patchset_fingerprint,
+            "patch_plan": patch_plan,
+            "patch_series": patch_series,
+            "patches_adding": patches_adding,
         }

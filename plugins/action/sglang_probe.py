@@ -21,13 +21,8 @@ import sys
 
 from ansible.plugins.action import ActionBase
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-import ddtree_probe  # noqa: E402  (path set above: the same code as the module and the CLI)
-import ddtree_textcheck  # noqa: E402
+from ansible_collections.ddtree.fleet.plugins.module_utils.probe import run as ddtree_probe
+from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck import judge as ddtree_textcheck
 
 
 class ActionModule(ActionBase):
@@ -45,7 +40,7 @@ class ActionModule(ActionBase):
         args = dict(settings, **args)
         if not args.get("api_key"):
             args.pop("api_key", None)
-        result.update(self._execute_module(module_name="sglang_probe", module_args=args, task_vars=task_vars))
+        result.update(self._execute_module(module_name="ddtree.fleet.sglang_probe", module_args=args, task_vars=task_vars))
         report = result.get("report")
         if not isinstance(report, dict):
             return result

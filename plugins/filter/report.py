@@ -1,19 +1,13 @@
 """Jinja filters for the run report (logic lives in module_utils/ddtree_report.py)."""
 from __future__ import annotations
 
-import os
-import sys
-
 from ansible.errors import AnsibleFilterError
 
-_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
 
-import ddtree_report  # noqa: E402  (path set above: one implementation for the role, bin/ddtree-report and tests)
+from ansible_collections.ddtree.fleet.plugins.module_utils import report as ddtree_report
 
 
-def ddtree_drift_textfile(entries, timestamp):
+def drift_textfile(entries, timestamp):
     return ddtree_report.textfile(list(entries or []), float(timestamp))
 
 
@@ -30,7 +24,7 @@ def _slice_filter(func):
 class FilterModule:
     def filters(self):
         return {
-            "ddtree_drift_textfile": ddtree_drift_textfile,
-            "ddtree_slice": _slice_filter(ddtree_report.parse_slice),
-            "ddtree_slice_suffix": _slice_filter(ddtree_report.slice_suffix),
+            "drift_textfile": drift_textfile,
+            "run_slice": _slice_filter(ddtree_report.parse_slice),
+            "slice_suffix": _slice_filter(ddtree_report.slice_suffix),
         }

@@ -52,13 +52,9 @@ import socket
 import ssl
 import time
 
-try:
-    from ansible.module_utils.ddtree_http import (BadURL, BodyDecoder, HttpError, get_json,
-                                                  parse_head, request_bytes)
-    from ansible.module_utils.ddtree_http import parse_base_url as _parse_base_url
-except ImportError:
-    from ddtree_http import BadURL, BodyDecoder, HttpError, get_json, parse_head, request_bytes
-    from ddtree_http import parse_base_url as _parse_base_url
+from ansible_collections.ddtree.fleet.plugins.module_utils.http.client import (BadURL, BodyDecoder, HttpError, get_json, parse_head,
+                                                                       request_bytes)
+from ansible_collections.ddtree.fleet.plugins.module_utils.http.client import parse_base_url as _parse_base_url
 
 SCHEMA_VERSION = 1
 DEFAULT_CONCURRENCY = (1, 4, 16, 48)

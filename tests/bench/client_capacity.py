@@ -20,7 +20,6 @@ Exit 1 when |measured / configured - 1| > the tolerance (5 %) in the default par
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,25 +30,18 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 STANDIN_SRC = os.path.join(REPO, "lab", "standin", "src")
 sys.path.insert(0, os.path.join(REPO, "collections"))
 sys.path.insert(0, STANDIN_SRC)
+sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from ansible_collections.ddtree.fleet.plugins.module_utils.bench import runner as db  # noqa: E402
 from sglang_lab_standin import physics  # noqa: E402
+from fleet_testlib import STANDIN_QUERY, free_port, write_fake_nvidia_smi  # noqa: E402
 
 GPU_LINE = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 97887"
 ALGORITHM = "DDTREE"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_fakes(root):
-    smi = os.path.join(root, "nvidia-smi")
-    with open(smi, "w") as fh:
-        fh.write(f"#!/bin/sh\necho '{GPU_LINE}'\n")
-    os.chmod(smi, 0o755)
+    smi = str(write_fake_nvidia_smi(root, query_out=GPU_LINE + "\n", expect_args=STANDIN_QUERY))
     pkg = os.path.join(root, "sglang")
     for rel in physics.DDTREE_DFLASH_FILES:
         path = os.path.join(pkg, "srt", rel)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fleet_testlib import STANDIN_QUERY, free_port, write_fake_nvidia_smi
 
 REPO = Path(__file__).resolve().parents[3]
 STANDIN_SRC = REPO / "lab" / "standin" / "src"
@@ -24,16 +24,8 @@ DFLASH_FILES = ("speculative/spec_info.py", "speculative/spec_utils.py",
                 "mem_cache/kv_cache_configurator.py")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _fake_host(root: Path, ddtree_files) -> tuple:
-    smi = root / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\necho '{PRO6000}'\n")
-    smi.chmod(0o755)
+    smi = write_fake_nvidia_smi(root, query_out=PRO6000 + "\n", expect_args=STANDIN_QUERY)
     pkg = root / "sglang"
     for rel in DFLASH_FILES:
         f = pkg / "srt" / rel
@@ -57,7 +49,7 @@ def standin(tmp_path):
         root = tmp_path / f"host{len(procs)}"
         root.mkdir()
         smi, pkg = _fake_host(root, ddtree_files)
-        port = _free_port()
+        port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("DDTREE_LAB_")}
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env.update({"PYTHONPATH": str(STANDIN_SRC), "DDTREE_LAB_NVIDIA_SMI": str(smi),

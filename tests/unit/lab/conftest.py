@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[3]
 STANDIN_SRC = REPO / "lab" / "standin" / "src"
 
 from sglang_lab_standin import physics  # noqa: E402
+from fleet_testlib import STANDIN_QUERY, write_fake_nvidia_smi  # noqa: E402
 from standin_testlib import free_port, port_open, wait_for  # noqa: E402,F401  (shared with the tests)
 
 A6000 = "NVIDIA RTX A6000, 8.6, 49140"
@@ -23,15 +24,8 @@ GPU_PROFILES = {"a6000x2": [A6000] * 2, "pro6000x8": [PRO6000] * 8}
 
 def write_fake_smi(directory: Path, lines) -> Path:
     """A fake nvidia-smi that insists on the exact query the stand-in makes."""
-    path = directory / "nvidia-smi"
-    body = "\n".join(f"echo '{line}'" for line in lines)
-    path.write_text(
-        "#!/bin/sh\n"
-        'if [ "$1" != "--query-gpu=name,compute_cap,memory.total" ] || '
-        '[ "$2" != "--format=csv,noheader,nounits" ]; then echo "bad args: $*" >&2; exit 2; fi\n'
-        f"{body}\n")
-    path.chmod(0o755)
-    return path
+    return write_fake_nvidia_smi(directory, query_out="".join(line + "\n" for line in lines),
+                                 expect_args=STANDIN_QUERY)
 
 
 def write_fake_sglang(root: Path, state: str) -> Path:

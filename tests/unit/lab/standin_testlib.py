@@ -4,11 +4,7 @@ from __future__ import annotations
 import socket
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from fleet_testlib import free_port  # noqa: F401  (the stand-in tests import it from here)
 
 
 def port_open(port: int) -> bool:

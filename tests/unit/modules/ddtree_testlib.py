@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fleet_testlib import write_fake_nvidia_smi  # noqa: F401  (the modules' tests import it from here)
+
 REPO = Path(__file__).resolve().parents[3]
 COLLECTIONS = REPO / "collections"
 LIBRARY = REPO / "plugins" / "modules"
@@ -36,30 +38,6 @@ PRO6000_QUERY = "".join("%s, 12.0, 97887, 0, 575.57.08\n" % PRO6000_NAME for _ i
 PRO6000_LIST = "".join(
     "GPU %d: %s (UUID: GPU-b1ac0000-0000-4000-8000-00000000000%d)\n" % (i, PRO6000_NAME, i) for i in range(8)
 )
-
-
-def write_fake_nvidia_smi(directory, query_out="", list_out="", rc=0, stderr=""):
-    """Write an executable ``nvidia-smi`` into ``directory`` that answers --query-gpu and -L."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "nvidia-smi"
-    (directory / "query.out").write_text(query_out)
-    (directory / "list.out").write_text(list_out)
-    (directory / "stderr.out").write_text(stderr)
-    path.write_text(
-        "#!/bin/sh\n"
-        'here="$(dirname "$0")"\n'
-        'echo "$@" >> "$here/calls.log"\n'
-        'cat "$here/stderr.out" >&2\n'
-        'case "$1" in\n'
-        '  -L) cat "$here/list.out" ;;\n'
-        '  --query-gpu=*) cat "$here/query.out" ;;\n'
-        '  *) echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 64 ;;\n'
-        "esac\n"
-        "exit %d\n" % rc
-    )
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
 
 
 def model_dir(outdir, summary, repo_id):

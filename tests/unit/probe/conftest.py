@@ -1,8 +1,8 @@
 """Fixtures for the probe tests (helpers live in probe_testlib.py)."""
 
-import socket
 import time
 
+import fleet_testlib
 import pytest
 
 from probe_testlib import FakeServer
@@ -24,11 +24,7 @@ def fake_server():
 
 @pytest.fixture
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return fleet_testlib.free_port()
 
 
 @pytest.fixture

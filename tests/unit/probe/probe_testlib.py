@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -77,6 +78,7 @@ class Behaviour:
         self.final_usage = True            # completions: the include_usage chunk at the end
         self.avg_spec_accept_length = 3.1
         self.requests = []                 # (path, headers dict, body dict)
+        self.sent = []                     # (time.monotonic(), tokens so far) per event written
         self.stop = threading.Event()
 
 
@@ -207,6 +209,7 @@ def make_handler(beh: Behaviour):
                         if beh.mode == "incremental":   # --incremental-streaming-output
                             obj = {"text": tok, "output_ids": ids[prev:n], "meta_info": meta}
                     self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+                    beh.sent.append((time.monotonic(), n))
                     prev = n
                     if beh.mode == "hang" and n >= beh.hang_after and not last:
                         beh.stop.wait(60)

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Run the fixed benchmark workload against an SGLang server (logic: module_utils/ddtree_bench.py)."""
+"""Run the fixed benchmark workload against an SGLang server (logic: plugins/module_utils/bench/runner.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""

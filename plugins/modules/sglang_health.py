@@ -123,7 +123,7 @@ def restarts(state):
 def health_status(url):
     """The HTTP status of <url>/health; 0 when no answer came (refused, unreachable, timed out).
 
-    A bad url raises ValueError (ddtree_http.BadURL).
+    A bad url raises ValueError (http.client.BadURL).
     """
     try:
         return get_json(url, "/health", timeout=HEALTH_TIMEOUT)[0]

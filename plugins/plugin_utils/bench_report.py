@@ -1,7 +1,7 @@
 """ddtree-bench's report: report.md and throughput.png from results files, on the controller.
 
 Used by `bin/ddtree-bench report` (which the benchmark role runs on the controller). Kept out of
-module_utils/ddtree_bench.py, which the sglang_bench module ships to every host: the host only
+plugins/module_utils/bench/runner.py, which the sglang_bench module ships to every host: the host only
 measures; rendering and plotting (matplotlib) happen here.
 """
 

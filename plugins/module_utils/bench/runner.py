@@ -35,9 +35,9 @@ The final event is parsed in full once, for ``meta_info``.  This matches
 bench_serving's treatment of a chunk that carries several tokens: its gap is
 divided evenly over its tokens.
 
-The HTTP/1.1 messages are ddtree_http's; this module keeps only the asyncio transport.
-Imported as ``ansible.module_utils.ddtree_bench`` (sglang_bench) and as ``ddtree_bench``
-with module_utils/ on sys.path (bin/ddtree-bench): it must not import ansible itself.
+The HTTP/1.1 messages are http/client's; this module keeps only the asyncio transport.
+Imported by the sglang_bench module (AnsiballZ ships it) and by the ddtree-bench CLI on the
+controller (plugins/plugin_utils/cli/bench.py): it must not import ansible itself.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def peak_per_second(ok) -> tuple:
 # ---------------------------------------------------------------------------------------------
 
 def parse_base_url(url: str) -> dict:
-    """ddtree_http.parse_base_url; a bad URL is a BenchError (the benchmark cannot run)."""
+    """http.client.parse_base_url; a bad URL is a BenchError (the benchmark cannot run)."""
     try:
         return _parse_base_url(url)
     except BadURL as exc:

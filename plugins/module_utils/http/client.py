@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 """HTTP/1.1 on the wire for the probe, the benchmark and the health wait (stdlib only).
 
-Sans-IO pieces, shared with the asyncio client of ``ddtree_bench``: ``parse_base_url``,
+Sans-IO pieces, shared with the asyncio client of ``bench/runner``: ``parse_base_url``,
 ``request_bytes``, ``parse_head`` and ``BodyDecoder`` (RFC 9112 section 6.3 framing).
 ``Stream`` sends one request over a raw socket and reads the response with hard deadlines;
 ``get_json`` is one small request with an overall timeout.  Every error raised here is an
 ``HttpError``; ``BadURL`` and ``ProtocolError`` (bad input or bad bytes) are ``ValueError`` too.
 
-Imported as ``ansible.module_utils.ddtree_http`` by the modules (AnsiballZ ships it with them)
-and as ``ddtree_http`` with module_utils/ on sys.path (bin/, the tests): no ansible imports.
+Imported by the modules (AnsiballZ ships it with them) and by the controller CLIs and the tests,
+always as ``ansible_collections.ddtree.fleet.plugins.module_utils.http.client``: no ansible imports.
 """
 
 from __future__ import annotations

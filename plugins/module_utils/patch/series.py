@@ -15,9 +15,9 @@ package tree (a venv's site-packages) with GNU patch, idempotently:
 * the applied set is recorded in a stamp file
   (``<site-packages>/sglang/.ddtree-patchset.json``).
 
-No Ansible import: the module imports this as
-``ansible.module_utils.ddtree_patch``; the controller-side filter plugin and
-the unit tests load the same file directly. Standard library only.
+No Ansible import: the sglang_patch module (AnsiballZ ships it), the controller-side filter
+plugin (plugins/filter/patch.py) and the unit tests import the same file by its collection
+name. Standard library only.
 """
 
 from __future__ import annotations

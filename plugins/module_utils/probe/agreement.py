@@ -21,7 +21,7 @@ nats, from SGLang's ``output_top_logprobs``):
 
 ``judge(entries, rule)`` turns the per-prompt entries into fail reasons and warnings;
 ``rule['mode']`` ``warn`` reports violations as warnings only, ``off`` skips the comparison.
-Used by ddtree_probe (the gate's module and ``ddtree-probe probe``): one rule everywhere.
+Used by probe/run (the gate's module and ``ddtree-probe probe``): one rule everywhere.
 """
 
 from __future__ import annotations

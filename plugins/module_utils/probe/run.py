@@ -6,13 +6,13 @@ A server can answer /health with 200 and still emit "!!!!!!!!" at 0.057 tokens/s
 measures time to first token, inter-chunk gaps and tokens/s, stops early when the server stalls
 or crawls, judges the text (``ddtree_textcheck.assess``), reads ``/server_info`` for the
 speculative accept length and compares with a baseline report: the speed ratio, and each greedy
-output token by token (``ddtree_agreement``: a confident early divergence is a lossless
+output token by token (``probe/agreement``: a confident early divergence is a lossless
 violation).  The JSON-serialisable report's ``verdict`` is ``pass``, ``fail`` (the server is
 broken) or ``inconclusive`` (the probe could not measure: nothing listening, credentials
-refused, no data).  HTTP on the wire is ``ddtree_http``'s.
+refused, no data).  HTTP on the wire is ``http/client``'s.
 
-Imported by the Ansible module (``ansible.module_utils.ddtree_probe``) and by bin/ddtree-probe
-(``ddtree_probe`` with module_utils/ on sys.path): no ansible imports, python3 stdlib only.
+Imported by the sglang_probe module and by the ddtree-probe CLI (plugins/plugin_utils/cli/probe.py),
+by its collection name: no ansible imports, python3 stdlib only.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ DEFAULT_MAX_TOKENS = 64
 GATE_DEFAULTS = {"min_tokens_per_s": 5.0, "rate_window_s": 3.0, "stall_timeout": 5.0,
                  "ttft_timeout": 8.0, "min_speed_ratio": 0.5}
 # Alternatives per output token asked of /generate (return_logprob): the baseline's top-2 margin
-# tells a near tie (numerics) from a lossless violation (ddtree_agreement).
+# tells a near tie (numerics) from a lossless violation (probe/agreement).
 DEFAULT_TOP_LOGPROBS = 2
 EXCERPT_CHARS = 200
 OUTPUT_KEEP_CHARS = 4000
@@ -606,7 +606,7 @@ def compare_with_baseline(prompts: list[dict], baseline: dict, min_speed_ratio=N
 
     Speed: the median per-prompt tokens/s ratio against ``min_speed_ratio``.  Agreement: each
     prompt's greedy output against the baseline's under the ``agreement`` rule
-    (ddtree_agreement: a confident early divergence is a lossless violation, a near tie is not).
+    (probe/agreement: a confident early divergence is a lossless violation, a near tie is not).
     Returns (section, fail_reasons, inconclusive_reasons, warnings).
     """
     rule = agreement or agreement_rules.default_rule()
@@ -791,7 +791,7 @@ def rejudge_text(report: dict) -> list:
     """Judge each passing prompt's text again, with this process's ``assess``.
 
     The probe module runs on the target host with the standard library only; on the controller
-    ddtree_textcheck also has its library-backed judges (action_plugins/sglang_probe.py calls
+    textcheck/judge also has its library-backed judges (plugins/action/sglang_probe.py calls
     this there).  A prompt the judge now finds degenerate or wrong fails, and so does the
     report.  Returns the new fail reasons (empty when nothing changed).
     """

@@ -428,7 +428,7 @@ def test_through_the_ansible_module(tmp_path, members):
                     "tasks": [
                         {
                             "name": "check mode",
-                            "sglang_patch": {
+                            "ddtree.fleet.sglang_patch": {
                                 "site_packages": "{{ site }}",
                                 "patches": "{{ patch_files }}",
                                 "checksums": "{{ sums }}",
@@ -455,7 +455,7 @@ def test_through_the_ansible_module(tmp_path, members):
                         },
                         {
                             "name": "apply",
-                            "sglang_patch": {
+                            "ddtree.fleet.sglang_patch": {
                                 "site_packages": "{{ site }}",
                                 "patches": "{{ patch_files }}",
                                 "checksums": "{{ sums }}",
@@ -465,7 +465,7 @@ def test_through_the_ansible_module(tmp_path, members):
                         },
                         {
                             "name": "apply again",
-                            "sglang_patch": {
+                            "ddtree.fleet.sglang_patch": {
                                 "site_packages": "{{ site }}",
                                 "patches": "{{ patch_files }}",
                                 "checksums": "{{ sums }}",

@@ -87,7 +87,7 @@ def test_check_diff_on_ct200_shows_ddtree_and_changes_nothing(lab):
     assert any("--speculative-algorithm NEXTN " in line for line in removed), diff
     # A dry run cannot gate a service it did not start: it must not claim a promotion.
     assert "ct200: promoted" not in " ".join(run.out.split()), run.tail(40)
-    probed = re.findall(r"^TASK \[quality_gate : Probe the service[^\]]*\] \**\n(?:ok|changed|fatal): \[ct200\]",
+    probed = re.findall(r"^TASK \[ddtree\.fleet\.quality_gate : Probe the service[^\]]*\] \**\n(?:ok|changed|fatal): \[ct200\]",
                         run.out, re.M)
     assert not probed, "--check probed the old service as if it were the new one"
     assert before == after, f"--check changed ct200:\n{labkit.snapshot_diff(before, after)}"

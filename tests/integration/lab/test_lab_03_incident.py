@@ -126,10 +126,10 @@ def test_report_timings(incident, evidence):
     rollback_from_reports = restored_at - failed_at
 
     # The same from the play's own output, timed as each line arrived.
-    gate_probe = run.first_line_at(r"^TASK \[quality_gate : Probe the service \(quality gate\)\]")
-    rescue = run.first_line_at(r"^TASK \[known_good : Choose the evidence directory\]")
-    restore = run.first_line_at(r"^RUNNING HANDLER \[known_good : Restore the known-good unit\b")
-    probed = run.first_line_at(r"^RUNNING HANDLER \[known_good : Keep the restored service's probe report")
+    gate_probe = run.first_line_at(r"^TASK \[ddtree\.fleet\.quality_gate : Probe the service \(quality gate\)\]")
+    rescue = run.first_line_at(r"^TASK \[ddtree\.fleet\.known_good : Choose the evidence directory\]")
+    restore = run.first_line_at(r"^RUNNING HANDLER \[ddtree\.fleet\.known_good : Restore the known-good unit\b")
+    probed = run.first_line_at(r"^RUNNING HANDLER \[ddtree\.fleet\.known_good : Keep the restored service's probe report")
     measured = {
         "detection": float(failed["detection_seconds"]),
         "rollback_from_reports": float(rollback_from_reports),
@@ -167,7 +167,7 @@ def test_second_deploy_ends_as_quarantined(rerun):
     assert "ct129 quarantined" in flat, run.tail(80)
     assert re.search(r"ct129: not deployed: the declared configuration \w+ is quarantined; the host "
                      r"serves its known-good \w+", flat), run.tail(80)
-    ran = re.findall(r"^TASK \[(?:sglang_service : Install the unit|quality_gate : Probe the service)[^\]]*\] \**\n"
+    ran = re.findall(r"^TASK \[(?:ddtree\.fleet\.sglang_service : Install the unit|ddtree\.fleet\.quality_gate : Probe the service)[^\]]*\] \**\n"
                      r"(?:ok|changed|fatal): \[ct129\]", run.out, re.M)
     assert not ran, f"a quarantined configuration was retried: {ran}\n{run.tail(80)}"
 

@@ -25,7 +25,7 @@ def test_controller_killed_mid_change_host_restores_itself_and_next_run_finishes
     assert proc.stdout is not None
     for line in proc.stdout:
         out.append(line)
-        if "RUNNING HANDLER [sglang_service : Restart sglang]" in line:
+        if "RUNNING HANDLER [ddtree.fleet.sglang_service : Restart sglang]" in line:
             seen_restart = True
         elif seen_restart and line.startswith("TASK ["):
             os.killpg(proc.pid, signal.SIGKILL)  # the controller dies: no rescue, no handlers
@@ -93,7 +93,7 @@ def test_benchmark_killed_mid_candidate_host_restores_itself(lab):
     try:
         for line in proc.stdout:
             out.append(line)
-            if "RUNNING HANDLER [sglang_service : Restart sglang]" in line:
+            if "RUNNING HANDLER [ddtree.fleet.sglang_service : Restart sglang]" in line:
                 seen_restart = True
             elif seen_restart and line.startswith("TASK ["):
                 os.killpg(proc.pid, signal.SIGKILL)  # the controller dies mid-candidate

@@ -75,13 +75,10 @@ fi
 # ansible-test writes its results under the collection's tests/output (in $tmp). Clear the
 # project's Ansible settings so that nothing outside the temporary collection is importable.
 cd "$coll"
-set +e
+rc=0
 env -u ANSIBLE_CONFIG -u ANSIBLE_COLLECTIONS_PATH -u ANSIBLE_LIBRARY -u ANSIBLE_MODULE_UTILS \
     -u ANSIBLE_ACTION_PLUGINS -u ANSIBLE_HOME -u PYTHONPATH HOME="$ANSIBLE_TEST_HOME" \
-    "$ANSIBLE_TEST" sanity --test validate-modules --python "$PYTHON_VERSION" --color no "$@" 2>&1 \
-    | cat
-rc=${PIPESTATUS[0]}
-set -e
+    "$ANSIBLE_TEST" sanity --test validate-modules --python "$PYTHON_VERSION" --color no "$@" 2>&1 || rc=$?
 if [ "$rc" -eq 0 ]; then
     echo "validate-modules: all modules pass"
 fi

@@ -80,12 +80,12 @@ def start_standin(root, port, scale, algorithm):
                              "--speculative-algorithm", algorithm],
                             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     log.close()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"stand-in exited {proc.returncode}; see {root}/standin.log")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:  # /health itself waits ~1 s
                 if r.status == 200:
                     return proc
         except OSError:

@@ -63,18 +63,21 @@ def standin(tmp_path):
         with open(log, "wb") as fh:
             proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=root)
         procs.append(proc)
-        deadline = time.monotonic() + 15
+        # /health answers only after one scheduler round trip (health_wait_seconds, 1 s as in
+        # SGLang), so the poll's own timeout must be longer than that, or a loaded machine never
+        # sees a 200 at all.
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise AssertionError(f"stand-in exited {proc.returncode}:\n{log.read_text()}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
                     if r.status == 200:
                         return Server(proc, port, log)
             except OSError:
                 pass
             time.sleep(0.05)
-        raise AssertionError("stand-in not healthy in 15 s")
+        raise AssertionError(f"stand-in not healthy in 60 s:\n{log.read_text()}")
 
     yield start
     for p in procs:

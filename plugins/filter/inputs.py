@@ -6,10 +6,12 @@ silently: a ``str`` option takes a mapping and turns it into its repr, a ``list`
 ``"a,b"``, a ``dict`` option parses ``"k=v"``, an ``int`` option takes ``true``, a ``float``
 option takes ``"nan"``. The role then renders that value into a unit or a command line, well
 after the run has started changing hosts. ``input_problems`` refuses all of that and
-also applies the documented ranges (``playbooks/vars/inputs.yml``: min/max, gt/lt, choices,
-pattern, absolute paths, allowed keys), so playbooks/tasks/validate_inputs.yml can fail every
-bad input in the preflight play, before any host changes, with one message per variable that
-names it, its value and what is expected.
+also applies the ranges each option's argument spec states on the ``Limits:`` line of its
+description (``spec_limits``: min/max, gt/lt, choices, pattern, absolute paths, allowed keys),
+so role validate_inputs can fail every bad input in the preflight play, before any host
+changes, with one message per variable that names it, its value and what is expected. The
+argument spec is the one owner of an option's type, default, choices and range; ansible-doc
+shows the Limits line to operators as it is.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import re
 from collections.abc import Mapping
 
+import yaml
 from ansible.errors import AnsibleFilterError
 
 BOOLEAN_STRINGS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}
@@ -35,6 +38,31 @@ TYPE_WORDS = {
 }
 PLURAL = {"str": "strings", "path": "paths", "int": "integers", "float": "numbers", "bool": "booleans",
           "list": "lists", "dict": "mappings"}
+
+
+LIMITS_PREFIX = "Limits: "
+LIMIT_KEYS = frozenset(("min", "max", "gt", "lt", "choices", "ignore_case", "nonempty", "absolute", "pattern",
+                        "expect", "min_items", "allowed_keys", "value_choices", "value_type"))
+
+
+def spec_limits(spec):
+    """The ranges an argument-spec option states on its description's ``Limits: {...}`` line (a
+    YAML flow mapping of LIMIT_KEYS), {} when it has none; fails on a line that is not one."""
+    text = (spec or {}).get("description") or []
+    found = {}
+    for line in [text] if isinstance(text, str) else text:
+        if not isinstance(line, str) or not line.startswith(LIMITS_PREFIX):
+            continue
+        try:
+            limits = yaml.safe_load(line[len(LIMITS_PREFIX):])
+        except yaml.YAMLError as exc:
+            raise AnsibleFilterError("argument spec line %r is not a YAML mapping: %s" % (line, exc))
+        unknown = sorted(set(limits) - LIMIT_KEYS) if isinstance(limits, Mapping) else None
+        if unknown is None or unknown:
+            raise AnsibleFilterError("argument spec line %r: expected a mapping of %s%s" % (
+                line, ", ".join(sorted(LIMIT_KEYS)), "; unknown %s" % ", ".join(unknown) if unknown else ""))
+        found.update(limits)
+    return found
 
 
 def _show(value, hidden=False):
@@ -157,9 +185,9 @@ def _describe(spec, limits):
     return words
 
 
-def _check(name, value, spec, limits_by_name, problems):
+def _check(name, value, spec, problems):
     """Append 'name=value: expected ...' for every way value breaks spec and its limits."""
-    limits = limits_by_name.get(name, {})
+    limits = spec_limits(spec)
     hidden = bool(spec.get("no_log"))
     wanted = spec.get("type", "str")
     expect = _describe(spec, limits)
@@ -218,22 +246,21 @@ def _check(name, value, spec, limits_by_name, problems):
                 return
             for key, sub_spec in sub.items():
                 if key in value:
-                    _check("%s.%s" % (name, key), value[key], sub_spec, limits_by_name, problems)
+                    _check("%s.%s" % (name, key), value[key], sub_spec, problems)
         return
     if _range_problems(value, wanted, limits):
         bad()
 
 
-def input_problems(values, options, limits=None):
+def input_problems(values, options):
     """One message per option in ``options`` (an argument spec entry point's options) whose value
-    in ``values`` (option name -> value; absent when not set) breaks the spec or ``limits``."""
+    in ``values`` (option name -> value; absent when not set) breaks the spec or its Limits line."""
     if not isinstance(values, Mapping) or not isinstance(options, Mapping):
         raise AnsibleFilterError("input_problems expects a mapping of values and a mapping of options")
-    limits = dict(limits or {})
     problems = []
     for name in sorted(options):
         if name in values:
-            _check(name, values[name], options[name] or {}, limits, problems)
+            _check(name, values[name], options[name] or {}, problems)
     return problems
 
 
@@ -262,4 +289,5 @@ class FilterModule:
         return {
             "input_problems": input_problems,
             "spec_options": spec_options,
+            "spec_limits": spec_limits,
         }

@@ -324,7 +324,7 @@ def model_fits(weights_gib, tp_size, gpu_mem_gib, mem_fraction_static, kv_headro
 
     Returns ``(fits, detail)``; ``detail`` has the numbers and a ``message``.
     Raises ValueError on nonsensical inputs (tp < 1, fraction outside (0, 1): the range of
-    sglang_mem_fraction_static in playbooks/vars/inputs.yml).
+    sglang_mem_fraction_static's Limits line in roles/sglang/meta/argument_specs.yml).
     """
     weights = _number("weights_gib", weights_gib)
     gpu_mem = _number("gpu_mem_gib", gpu_mem_gib, allow_equal=False)

@@ -35,7 +35,7 @@ import os
 import struct
 
 # The algorithm names are ddtree_flags' (one list for the command line, the compatibility check,
-# the spec_compat module's choices; tests/unit/flags checks inputs.yml and the role vars against it).
+# the spec_compat module's choices; tests/unit/flags checks the argument specs' Limits and the role vars against it).
 from ansible_collections.ddtree.fleet.plugins.module_utils.flags import ALGORITHMS, DFLASH_FAMILY  # noqa: F401  (re-exported)
 from ansible_collections.ddtree.fleet.plugins.module_utils.flags import DRAFT_ALGORITHMS as DRAFT_REQUIRED
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")

@@ -73,7 +73,7 @@ options:
   ttft_timeout:
     description: Seconds to wait for the first token.
     type: float
-    default: 10.0
+    default: 8.0
   rate_window_s:
     description:
       - After this many seconds of streaming, a rate below 25% of O(min_tokens_per_s) fails
@@ -259,7 +259,7 @@ def main():
             prompts=dict(type="list", elements="dict"),
             min_tokens_per_s=dict(type="float", default=5.0, no_log=False),
             stall_timeout=dict(type="float", default=5.0),
-            ttft_timeout=dict(type="float", default=10.0),
+            ttft_timeout=dict(type="float", default=8.0),
             rate_window_s=dict(type="float", default=3.0),
             request_timeout=dict(type="float", default=120.0),
             min_accept_length=dict(type="float"),

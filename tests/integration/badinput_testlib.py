@@ -3,9 +3,9 @@ throwaway inventory in which every case is its own host alias, the run's JSON re
 byte-for-byte snapshot of the test's own lab host.
 
 Cases come from roles/*/meta/argument_specs.yml (every role, every entry point, every option and
-sub-option) plus the playbooks' own knobs and ranges in playbooks/vars/inputs.yml: wrong types
-from each option's ``type``/``elements`` (including the values Ansible's argument-spec validation
-converts silently) and out-of-range values from ``choices`` and the documented limits.
+sub-option; the playbooks' own knobs are role validate_inputs' options): wrong types from each
+option's ``type``/``elements`` (including the values Ansible's argument-spec validation converts
+silently) and out-of-range values from ``choices`` and the ``Limits:`` line of its description.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 import labkit  # tests/integration/lab/labkit.py: one environment for ansible-playbook
+from ansible_collections.ddtree.fleet.plugins.filter.inputs import spec_limits
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -29,7 +30,9 @@ LAB_STATE = Path(os.environ.get("DDTREE_LAB_STATE", "/var/lib/ddtree-lab"))
 SSH_KEY = LAB_STATE / "ssh" / "id_ed25519"
 KNOWN_HOSTS = LAB_STATE / "ssh" / "known_hosts"
 FLEET_FILE = Path(__file__).resolve().parent / "badinput_fleet.json"
-INPUTS = REPO / "playbooks" / "vars" / "inputs.yml"
+VALIDATE_INPUTS = REPO / "roles" / "validate_inputs"
+# The option the playbook itself sets when it imports validate_inputs (not an operator input).
+INTERNAL = {"validate_inputs_for"}
 PLUGINS = Path(__file__).resolve().parent / "badinput_plugins"
 
 # playbook -> (file run for the matrix, name of its first play, task names of the input checks)
@@ -39,7 +42,7 @@ PLAYBOOKS = {
     "drift_timer": "playbooks/drift_timer.yml",
 }
 VALIDATION_TASKS = {
-    "Load the argument specs and limits of the entry points this playbook reaches (once)",
+    "Load the argument specs of the entry points this playbook reaches (once)",
     "Check types and ranges of every input (no silent conversion)",
     "Validate every entry point's argument spec as the role will when it is entered",
     "Check that ddtree_canary is one of the targeted hosts",
@@ -97,8 +100,9 @@ def role_specs() -> dict[str, dict[str, dict]]:
     return out
 
 
-def inputs() -> dict:
-    return load_yaml(INPUTS)
+def entry_points() -> dict[str, list[str]]:
+    """playbook -> the "role:entry point" refs it validates up front (role validate_inputs)."""
+    return load_yaml(VALIDATE_INPUTS / "vars" / "main.yml")["validate_inputs_entry_points"]
 
 
 def declared_value(name: str):
@@ -115,12 +119,13 @@ def declared_value(name: str):
 
 def option_table() -> dict[str, tuple[dict, str]]:
     """option -> (spec, playbook that validates it first), for every option of every entry point."""
-    data = inputs()
-    eps = data["ddtree_inputs_entry_points"]
+    eps = entry_points()
+    specs = role_specs()
     table: dict[str, tuple[dict, str]] = {}
-    for name, spec in data["ddtree_inputs_playbook_options"].items():
-        table[name] = (spec, "drift_timer" if name == "ddtree_controllers" else "converge")
-    for role, entries in role_specs().items():
+    for name, spec in specs.pop("validate_inputs")["main"].items():
+        if name not in INTERNAL:
+            table[name] = (spec, "drift_timer" if name == "ddtree_controllers" else "converge")
+    for role, entries in specs.items():
         for ep, options in entries.items():
             ref = f"{role}:{ep}"
             playbook = next((pb for pb in PLAYBOOKS if ref in eps.get(pb, [])), None)
@@ -154,13 +159,13 @@ def _bad_scalar_for_limits(wanted: str, limits: dict) -> list[object]:
     return out
 
 
-def bad_values(name: str, spec: dict, limits: dict) -> list[tuple[str, object]]:
+def bad_values(name: str, spec: dict) -> list[tuple[str, object]]:
     """(kind, value) for one option: wrong types from its type, out-of-range from choices/limits."""
     wanted = spec.get("type", "str")
     if wanted not in WRONG_TYPE:
         raise AssertionError(f"{name}: no wrong-type values for argument spec type {wanted!r}")
     out = [("type", v) for v in WRONG_TYPE[wanted]]
-    own = limits.get(name, {})
+    own = spec_limits(spec)
     if wanted == "list":
         elements = spec.get("elements")
         if elements:
@@ -191,19 +196,17 @@ def bad_values(name: str, spec: dict, limits: dict) -> list[tuple[str, object]]:
 
 
 def generate_cases() -> list[Case]:
-    data = inputs()
-    limits = data["ddtree_inputs_limits"]
     cases: list[Case] = []
     for name, (spec, playbook) in sorted(option_table().items()):
         assert playbook, f"{name}: no playbook validates an entry point that has this option"
-        for kind, value in bad_values(name, spec, limits):
+        for kind, value in bad_values(name, spec):
             cases.append(Case(name, kind, value, playbook, {name: value},
                               expect=(re.escape(name) + r"\b", r"expected"), extra_vars=name in EXTRA_VARS_ONLY))
         for key, sub in (spec.get("options") or {}).items():
             base = declared_value(name)
             assert isinstance(base, dict), f"{name}: no declared value to derive sub-option cases from"
             dotted = f"{name}.{key}"
-            for kind, value in bad_values(dotted, sub, limits):
+            for kind, value in bad_values(dotted, sub):
                 cases.append(Case(dotted, kind, value, playbook, {name: {**base, key: value}},
                                   expect=(re.escape(dotted) + r"\b", r"expected")))
             if sub.get("required"):

@@ -1,7 +1,7 @@
 """Bad input fails before any change (issue 7), as a matrix generated from the argument specs.
 
 Every option of every entry point of every role (roles/*/meta/argument_specs.yml), every
-sub-option, and the playbooks' own knobs (playbooks/vars/inputs.yml) is tried with wrong types
+sub-option, and the playbooks' own knobs (role validate_inputs' options) is tried with wrong types
 (from its ``type``: including the values Ansible's argument-spec validation silently converts)
 and out-of-range values (from ``choices`` and the documented limits). Plus: a host in two
 architecture groups or the wrong one, model/draft revisions and manifest pins the mirror does not
@@ -12,7 +12,7 @@ One ansible-playbook run per playbook evaluates all its cases at once: a throwaw
 holds one alias of the test's own lab host (bad-a, tests/integration/badinput_fleet.json) per
 case, each carrying its one bad value as a host var; the json callback gives every alias's
 failure. Each case must fail in the playbook's first play (for spec cases: in the input checks
-of playbooks/tasks/validate_inputs.yml), with a message naming the variable and what is
+of role validate_inputs), with a message naming the variable and what is
 expected, and no alias may reach a later play. bad-a is snapshotted (every file under
 /etc/systemd/system, /etc/sglang, /var/lib/ddtree-fleet, /opt/sglang, /run/ddtree-fleet, the
 service's state, the timers) before and after: it must be byte-for-byte unchanged. bad-a is
@@ -45,18 +45,18 @@ LABCTL = bl.REPO / "lab" / "labctl.py"
 
 def test_every_entry_point_is_validated_up_front():
     """Each role entry point is in the up-front list of a playbook that reaches it."""
-    eps = bl.inputs()["ddtree_inputs_entry_points"]
+    eps = bl.entry_points()
     listed = {ref for refs in eps.values() for ref in refs}
     specs = bl.role_specs()
-    missing = [f"{r}:{e}" for r, entries in specs.items() for e in entries if f"{r}:{e}" not in listed]
-    assert not missing, f"entry points no playbook validates up front (playbooks/vars/inputs.yml): {missing}"
+    missing = [f"{r}:{e}" for r, entries in specs.items() for e in entries
+               if f"{r}:{e}" not in listed and r != "validate_inputs"]   # its own options: always checked
+    assert not missing, f"entry points no playbook validates up front (roles/validate_inputs/vars/main.yml): {missing}"
     unknown = [ref for ref in listed if ref.split(":")[0] not in specs or ref.split(":")[1] not in specs[ref.split(":")[0]]]
-    assert not unknown, f"playbooks/vars/inputs.yml lists entry points without an argument spec: {unknown}"
+    assert not unknown, f"roles/validate_inputs/vars/main.yml lists entry points without an argument spec: {unknown}"
 
 
 def test_every_option_gets_cases():
     """A new option gets cases without editing this test; numeric options need a documented range."""
-    limits = bl.inputs()["ddtree_inputs_limits"]
     table = bl.option_table()
     cases = bl.generate_cases()
     by_option = {}
@@ -68,11 +68,9 @@ def test_every_option_gets_cases():
         for key, sub in list(subs.items()) + [(None, spec)]:
             dotted = f"{name}.{key}" if key else name
             if (sub.get("type") in ("int", "float") or sub.get("elements") in ("int", "float")):
-                assert dotted in limits, f"{dotted}: a number without a documented range in playbooks/vars/inputs.yml"
-        if spec.get("choices") or name in limits:
+                assert bl.spec_limits(sub), f"{dotted}: a number without a Limits: line in its argument spec"
+        if spec.get("choices") or bl.spec_limits(spec):
             assert "range" in by_option[name], f"{name}: has choices/limits but no out-of-range case"
-    stale = [k for k in limits if k.split(".")[0] not in table]
-    assert not stale, f"limits for options no spec declares: {stale}"
 
 
 def test_defaults_and_argument_specs_agree():
@@ -238,7 +236,7 @@ def _write_table(rows, timings, total, unchanged) -> None:
     ok = sum(1 for r in rows if r[2] == "ok")
     lines = ["# Bad input matrix", "",
              f"{len(rows)} cases ({ok} failed early with a good message), generated from roles/*/meta/argument_specs.yml "
-             f"and playbooks/vars/inputs.yml; host byte-for-byte unchanged: {unchanged}; {total:.0f} s "
+             f"(their Limits lines); host byte-for-byte unchanged: {unchanged}; {total:.0f} s "
              f"({', '.join(f'{k}: {v:.0f} s' for k, v in timings.items())}).", "",
              "| option | bad value | playbook | outcome | message excerpt |", "|---|---|---|---|---|"]
     for option, value, outcome, excerpt, playbook in rows:

@@ -39,7 +39,7 @@ NOT_RUN = "not_run"
 # Defaults (also the names of run_probe's keyword arguments).
 DEFAULT_MIN_TOKENS_PER_S = 5.0
 DEFAULT_STALL_TIMEOUT = 5.0
-DEFAULT_TTFT_TIMEOUT = 10.0
+DEFAULT_TTFT_TIMEOUT = 8.0
 DEFAULT_RATE_WINDOW_S = 3.0
 DEFAULT_REQUEST_TIMEOUT = 120.0
 # Early fail when, after rate_window_s, the rate is below this share of the floor.
@@ -47,10 +47,6 @@ EARLY_RATE_FRACTION = 0.25
 # Answers shorter than this are not judged on speed (a 1-token "4" has no rate).
 MIN_TOKENS_FOR_RATE = 8
 DEFAULT_MAX_TOKENS = 64
-# What roles/quality_gate/defaults/main.yml sets (a unit test keeps them equal):
-# `ddtree-probe probe` applies the same floors by default, so the CLI and the gate judge alike.
-GATE_DEFAULTS = {"min_tokens_per_s": 5.0, "rate_window_s": 3.0, "stall_timeout": 5.0,
-                 "ttft_timeout": 8.0, "min_speed_ratio": 0.5}
 # Alternatives per output token asked of /generate (return_logprob): the baseline's top-2 margin
 # tells a near tie (numerics) from a lossless violation (probe/agreement).
 DEFAULT_TOP_LOGPROBS = 2

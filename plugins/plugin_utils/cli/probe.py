@@ -19,12 +19,26 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
+
+import yaml
 
 # The collection's root (plugins/plugin_utils/cli/ is three levels down).
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", ".."))
 
 from ansible_collections.ddtree.fleet.plugins.module_utils.probe import run as dp
 from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck.judge import assess
+
+# The quality gate's argument spec owns its floors and the agreement rule; `ddtree-probe probe`
+# reads its defaults from there (in the checkout and in an installed collection alike: the
+# collection root is three levels above this file), so the CLI judges as the gate does.
+GATE_SPEC = Path(__file__).resolve().parents[3] / "roles" / "quality_gate" / "meta" / "argument_specs.yml"
+
+
+def gate_defaults(path: Path = GATE_SPEC) -> dict:
+    """{knob: default} of role quality_gate's main entry point, without the quality_gate_ prefix."""
+    options = yaml.safe_load(path.read_text())["argument_specs"]["main"]["options"]
+    return {name.removeprefix("quality_gate_"): spec["default"] for name, spec in options.items() if "default" in spec}
 
 DEFAULT_PROMPTS_FILE = os.path.join(ROOT, "roles", "quality_gate", "files",
                                     "default_prompts.json")
@@ -71,8 +85,7 @@ def build_parser():
     pr.add_argument("--model", help="model name for /v1/completions (default: first of /v1/models)")
     pr.add_argument("--baseline-url", help="probe this known-good server first and compare")
     pr.add_argument("--baseline", help="a saved report (JSON file) to compare with")
-    gate = dp.GATE_DEFAULTS
-    rule = dp.agreement_rules.default_rule()
+    gate = gate_defaults()
     pr.add_argument("--min-tokens-per-s", type=_non_negative, default=gate["min_tokens_per_s"],
                     help="floor for tokens/s (default %(default)s, as the quality gate)")
     pr.add_argument("--stall-timeout", type=_positive, default=gate["stall_timeout"],
@@ -89,17 +102,17 @@ def build_parser():
     pr.add_argument("--min-speed-ratio", type=_non_negative, default=gate["min_speed_ratio"],
                     help="with a baseline: fail below this median tokens/s ratio to it "
                          "(default %(default)s, as the quality gate; 0 = not checked)")
-    pr.add_argument("--agreement", choices=dp.agreement_rules.MODES, default=rule["mode"],
+    pr.add_argument("--agreement", choices=dp.agreement_rules.MODES, default=gate["agreement"],
                     help="with a baseline: greedy outputs must follow the baseline's tokens "
                          "(speculative decoding is lossless); fail, warn or off "
                          "(default %(default)s, as the quality gate)")
-    pr.add_argument("--agreement-tokens", type=int, default=rule["tokens"],
+    pr.add_argument("--agreement-tokens", type=int, default=gate["agreement_tokens"],
                     help="a divergence before this output token where the baseline was "
                          "confident fails (default %(default)s)")
-    pr.add_argument("--near-tie-margin", type=_non_negative, default=rule["near_tie_margin"],
+    pr.add_argument("--near-tie-margin", type=_non_negative, default=gate["near_tie_margin"],
                     help="baseline top-2 logprob margin (nats) below which a divergence is "
                          "numerics, not a bug (default %(default)s)")
-    pr.add_argument("--max-late-divergences", type=int, default=rule["max_late"],
+    pr.add_argument("--max-late-divergences", type=int, default=gate["max_late_divergences"],
                     help="prompts allowed to diverge confidently after --agreement-tokens "
                          "(default %(default)s)")
     pr.add_argument("--top-logprobs", type=int, default=dp.DEFAULT_TOP_LOGPROBS,

@@ -53,9 +53,8 @@ def patch_filters():
 
 def budget_problems(value):
     spec = load(REPO / "roles" / "sglang" / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
-    limits = load(REPO / "playbooks" / "vars" / "inputs.yml")["ddtree_inputs_limits"]
     return inputs_filter().input_problems({"sglang_ddtree_budget": value},
-                                                 {"sglang_ddtree_budget": spec["sglang_ddtree_budget"]}, limits)
+                                          {"sglang_ddtree_budget": spec["sglang_ddtree_budget"]})
 
 
 @pytest.mark.parametrize("value", [0, 1, 32, 1023, "24", " 24 "])
@@ -159,7 +158,8 @@ def test_one_spelling_everywhere():
         == physics.DDTREE_BUDGET_MARKER == ddtree_flags.DDTREE_BUDGET_FLAG[2:].replace("-", "_")
     assert role_vars["sglang_config_ddtree_budget_file"] == ddtree_flags.DDTREE_BUDGET_FILE \
         == "sglang/srt/" + physics.DDTREE_FLAG_FILE
-    limits = load(REPO / "playbooks" / "vars" / "inputs.yml")["ddtree_inputs_limits"]["sglang_ddtree_budget"]
+    spec = load(REPO / "roles" / "sglang" / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+    limits = inputs_filter().spec_limits(spec["sglang_ddtree_budget"])
     assert limits["max"] == ddtree_flags.DDTREE_MAX_BUDGET == physics.DDTREE_MAX_BUDGET == 1023
 
 

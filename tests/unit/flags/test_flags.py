@@ -16,6 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 
+from ansible_collections.ddtree.fleet.plugins.filter.inputs import spec_limits  # noqa: E402
 from ansible_collections.ddtree.fleet.plugins.module_utils import flags as ddtree_flags  # noqa: E402
 from sglang_lab_standin import cli  # noqa: E402
 
@@ -149,13 +150,17 @@ def test_config_fingerprint_changes_with_any_part():
 
 
 def test_the_algorithm_names_are_one_list():
-    # ddtree_flags holds them; the input table, the role's draft list and the compatibility check agree.
+    # ddtree_flags holds them; the argument specs' Limits, the role's draft list and the
+    # compatibility check agree.
     from ansible_collections.ddtree.fleet.plugins.module_utils import spec as ddtree_spec
-    limits = load(REPO / "playbooks" / "vars" / "inputs.yml")["ddtree_inputs_limits"]
-    for name in ("benchmark_candidates", "benchmark_baseline", "sglang_speculative_algorithm",
-                 "sglang_known_good_algorithm"):
-        assert tuple(limits[name]["choices"]) == ddtree_flags.ALGORITHMS, name
-    assert tuple(limits["sglang_speculative_params"]["allowed_keys"]) == ddtree_flags.ALGORITHMS
+
+    def limits(role, name):
+        return spec_limits(load(REPO / "roles" / role / "meta" / "argument_specs.yml")
+                           ["argument_specs"]["main"]["options"][name])
+    for role, name in (("benchmark", "benchmark_candidates"), ("benchmark", "benchmark_baseline"),
+                       ("sglang", "sglang_speculative_algorithm"), ("sglang", "sglang_known_good_algorithm")):
+        assert tuple(limits(role, name)["choices"]) == ddtree_flags.ALGORITHMS, name
+    assert tuple(limits("sglang", "sglang_speculative_params")["allowed_keys"]) == ddtree_flags.ALGORITHMS
     role_vars = load(REPO / "roles" / "sglang" / "vars" / "main.yml")
     assert tuple(role_vars["sglang_config_draft_algorithms"]) == ddtree_flags.DRAFT_ALGORITHMS
     assert ddtree_spec.ALGORITHMS == ddtree_flags.ALGORITHMS

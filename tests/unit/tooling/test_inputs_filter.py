@@ -19,7 +19,8 @@ def _filters():
 
 @pytest.mark.parametrize("playbook", ["converge", "benchmark", "drift_timer"])
 def test_each_playbooks_entry_points_merge_into_every_option(playbook):
-    entry_points = yaml.safe_load((REPO / "playbooks" / "vars" / "inputs.yml").read_text())["ddtree_inputs_entry_points"][playbook]
+    entry_points = yaml.safe_load((REPO / "roles" / "validate_inputs" / "vars" / "main.yml").read_text()
+                                  )["validate_inputs_entry_points"][playbook]
     specs = {ref.split(":")[0]: yaml.safe_load((REPO / "roles" / ref.split(":")[0] / "meta" / "argument_specs.yml").read_text())
              for ref in entry_points}
     merged = _filters().spec_options(specs, entry_points)
@@ -36,3 +37,38 @@ def test_an_option_specified_two_ways_is_refused_naming_both():
         _filters().spec_options(specs, ["a:main", "b:run"])
     same = {"a": specs["a"], "b": {"argument_specs": {"run": {"options": {"x": {"type": "int"}}}}}}
     assert _filters().spec_options(same, ["a:main", "b:run"]) == {"x": {"type": "int"}}
+
+
+def test_limits_come_from_the_options_own_description_line():
+    f = _filters()
+    spec = {"type": "float", "description": ["Fraction of GPU memory.", "Limits: {gt: 0, lt: 1}"]}
+    assert f.spec_limits(spec) == {"gt": 0, "lt": 1}
+    assert f.spec_limits({"type": "int", "description": "No range."}) == {}
+    problems = f.input_problems({"x": 1.5, "y": 0.5}, {"x": spec, "y": spec})
+    assert problems == ["x=1.5 (number): expected a number (> 0; < 1)"]
+
+
+@pytest.mark.parametrize("line, words", [
+    ("Limits: gt 0", "expected a mapping"),
+    ("Limits: {gt: 0, above: 3}", "unknown above"),
+    ("Limits: {gt: [0}", "not a YAML mapping"),
+])
+def test_a_malformed_limits_line_is_refused_naming_it(line, words):
+    with pytest.raises(AnsibleFilterError, match=words):
+        _filters().spec_limits({"description": ["x", line]})
+
+
+def test_every_limits_line_in_the_roles_parses():
+    """Each role's Limits lines are well-formed, so a typo cannot turn a range check off."""
+    f = _filters()
+    count = 0
+
+    def walk(options):
+        nonlocal count
+        for spec in (options or {}).values():
+            count += bool(f.spec_limits(spec))
+            walk(spec.get("options"))
+    for path in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
+        for entry in yaml.safe_load(path.read_text())["argument_specs"].values():
+            walk(entry.get("options"))
+    assert count >= 90

@@ -1,4 +1,4 @@
-"""Jinja filters for the run report (logic lives in module_utils/ddtree_report.py)."""
+"""Jinja filters for the run report (role run_report; logic lives in module_utils/report.py)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
@@ -7,7 +7,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ddtree.fleet.plugins.module_utils import report as ddtree_report
 
 
-def drift_textfile(entries, timestamp):
+def prometheus_textfile(entries, timestamp):
+    """The drift metrics (ddtree_fleet_drift_*) of a run's host entries, in the textfile format."""
     return ddtree_report.textfile(list(entries or []), float(timestamp))
 
 
@@ -24,7 +25,7 @@ def _slice_filter(func):
 class FilterModule:
     def filters(self):
         return {
-            "drift_textfile": drift_textfile,
+            "prometheus_textfile": prometheus_textfile,
             "run_slice": _slice_filter(ddtree_report.parse_slice),
             "slice_suffix": _slice_filter(ddtree_report.slice_suffix),
         }

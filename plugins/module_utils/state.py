@@ -56,8 +56,9 @@ def systemctl(verb, unit, runner=subprocess.run):
     return proc.stdout.strip()
 
 
-def read_quarantine(state_dir, fingerprint):
-    path = os.path.join(state_dir, "quarantine", fingerprint + ".json")
+def read_quarantine(quarantine_dir, fingerprint):
+    """The quarantine record of a fingerprint in the directory role known_good keeps them in."""
+    path = os.path.join(quarantine_dir, fingerprint + ".json")
     record = read_json(path)
     return {"path": path, "exists": record is not None, "record": record}
 
@@ -273,7 +274,8 @@ def read_state(params, runner=subprocess.run):
             site = os.path.join(venv, "lib", "python" + venv_state["python_version"], "site-packages")
             patch = check_patchset(site, params["patches"], params["checksums"])
     state = {
-        "quarantine": read_quarantine(state_dir, params["fingerprint"]),
+        "quarantine": read_quarantine(params.get("quarantine_dir") or os.path.join(state_dir, "quarantine"),
+                                      params["fingerprint"]),
         "known_good": read_known_good(state_dir),
         "live": live,
         "venv": venv_state,

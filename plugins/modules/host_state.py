@@ -26,6 +26,11 @@ options:
     description: The fleet's state directory on the host (known-good, records, quarantine).
     type: path
     required: true
+  quarantine_dir:
+    description:
+      - Where the quarantine records are (role known_good's C(known_good_quarantine_dir)).
+      - Default is C(quarantine) under O(state_dir).
+    type: path
   fingerprint:
     description: The declared configuration's fingerprint (names the quarantine record to look for).
     type: str
@@ -221,6 +226,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             state_dir=dict(type="path", required=True),
+            quarantine_dir=dict(type="path"),
             fingerprint=dict(type="str", required=True),
             service=dict(type="str", required=True),
             unit_path=dict(type="path", required=True),

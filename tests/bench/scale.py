@@ -27,7 +27,7 @@ lab instead (ct129, ct200, lab03.. of `labctl up --hosts N`, default inventory w
 hosts are torn down and booted fresh for every size, and the lab is left as
 `make lab-up N=<max size>` leaves it (booted and seeded).
 
-Controller-side reports and evidence go to a temp dir (-e drift_report_dir / known_good_artifacts_dir),
+Controller-side reports and evidence go to a temp dir (-e run_report_dir / known_good_artifacts_dir),
 so concurrent users of artifacts/deploy/latest.json are not disturbed.
 
   .venv/bin/python tests/bench/scale.py [--sizes 1,4,16] [--repeat 3] [--deploy-repeat 1]
@@ -176,8 +176,8 @@ def measure_size(n: int, args, tmp: Path) -> list[dict]:
             boot_s = labctl("up", "--fleet", str(write_fleet(tmp / f"fleet-{n}.json", hosts)))
             base = ["-i", str(write_inventory(tmp / f"inventory-{n}", hosts))]
         log(f"N={n}: booted in {boot_s:.1f}s")
-        outputs = ["-f", str(args.forks), "-e", f"drift_report_dir={tmp / 'reports'}",
-                   "-e", f"drift_textfile_dir={tmp / 'reports'}", "-e", f"known_good_artifacts_dir={tmp / 'evidence'}"]
+        outputs = ["-f", str(args.forks), "-e", f"run_report_dir={tmp / 'reports'}",
+                   "-e", f"run_report_textfile_dir={tmp / 'reports'}", "-e", f"known_good_artifacts_dir={tmp / 'evidence'}"]
         deploy = [str(VENV_BIN / "ansible-playbook"), "deploy_ddtree.yml", *base, *outputs]
         drift = [str(VENV_BIN / "ansible-playbook"), "drift.yml", *base, *outputs]
         result = {"hosts": n, "names": names, "boot_s": round(boot_s, 1), "repeat": rep + 1}

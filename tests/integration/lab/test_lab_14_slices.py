@@ -46,8 +46,8 @@ def _inventory(directory, hosts):
     out = directory / "out"
     (inv / "group_vars" / "all" / "10-out.yml").write_text(
         f"---\nknown_good_artifacts_dir: {out}\n"
-        f"drift_report_dir: \"{out}/{{{{ ddtree_run_kind | default('deploy') }}}}\"\n"
-        f"drift_textfile_dir: {out}/drift\n")
+        f"run_report_dir: \"{out}/{{{{ ddtree_run_kind | default('deploy') }}}}\"\n"
+        f"run_report_textfile_dir: {out}/drift\n")
     return inv, out
 
 

@@ -194,6 +194,19 @@ def test_quarantine_record_is_read(host):
     assert state["quarantine"]["record"]["evidence"] == "/e/1"
 
 
+def test_quarantine_is_read_where_known_good_keeps_it(host, tmp_path):
+    """quarantine_dir (role known_good's known_good_quarantine_dir) decides where the record is."""
+    host.in_sync()
+    elsewhere = tmp_path / "kept-by-known-good"
+    elsewhere.mkdir()
+    (elsewhere / "fp-declared.json").write_text(json.dumps({"since": "2026-12-03T10:00:00Z", "evidence": "/e/2"}))
+    state = host.read(quarantine_dir=str(elsewhere))
+    assert state["quarantine"] == {"path": str(elsewhere / "fp-declared.json"), "exists": True,
+                                   "record": {"since": "2026-12-03T10:00:00Z", "evidence": "/e/2"}}
+    assert host.read()["quarantine"]["exists"] is False   # not under state_dir/quarantine
+    assert not st.in_sync(state)
+
+
 @pytest.mark.parametrize(
     "damage, expected",
     [

@@ -41,13 +41,14 @@ PLAYBOOKS = {
     "benchmark": "playbooks/benchmark.yml",
     "drift_timer": "playbooks/drift_timer.yml",
 }
-VALIDATION_TASKS = {
+# Role validate_inputs' tasks, as the json callback names them (role FQCN, " : ", task name).
+VALIDATION_TASKS = {"ddtree.fleet.validate_inputs : " + name for name in (
     "Load the argument specs of the entry points this playbook reaches (once)",
     "Check types and ranges of every input (no silent conversion)",
     "Validate every entry point's argument spec as the role will when it is entered",
     "Check that ddtree_canary is one of the targeted hosts",
     "Check that every name in -l and ddtree_hosts is a host or group of the inventory",
-}
+)}
 
 # Wrong-type values per argument-spec type. Several of them pass Ansible's own argument-spec
 # validation by silent conversion ("a,b" -> [a, b], "a=1" -> {a: 1}, a mapping -> its repr for

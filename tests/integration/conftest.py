@@ -24,6 +24,8 @@ SLOW_FIRST = [
     "test_lab_05_ct200_ddtree.py", "test_lab_10_interrupted.py", "test_lab_14_slices.py",
     "test_lab_09_drift_timer.py", "test_lab_02_preflight.py", "test_lab_03_incident.py",
     "test_bad_input_matrix.py", "test_lab_13_runner.py", "test_molecule.py::default",
+    "test_molecule.py::known_good", "test_molecule.py::preflight", "test_molecule.py::drift_timer",
+    "test_molecule.py::host_lock", "test_lab_15_installed_collection.py",
     # The fault matrix's cases (about a minute each, spread one by one) fill the gaps the long
     # groups leave; the two groups of a few seconds come last.
     "test_lab_11_fault_matrix.py", "test_lab_01_basics.py", "test_patch_wheel.py",

@@ -4,9 +4,11 @@ venv that has nothing but the pinned ansible-core, run by FQCN against the lab.
 Nothing of the checkout is used at run time: a working directory outside it, an ansible.cfg of
 the operator's own (the project's settings less its inventory, collection and home paths), the
 installed directory as the only collections path. Only the lab inventory comes from the lab (an
-operator's inventory). The seeded hosts are in sync, so the run reads each host's state through
-the installed modules, changes nothing and writes its report under the working directory's
-artifacts/ (ddtree_artifacts_dir's default), not inside the installed collection.
+operator's inventory). The run is the incident itself, `ansible-playbook ddtree.fleet.deploy_ddtree
+-l ct129`: the fleet's DDTREE (the collection's own group_vars/all.yml; its group_vars/sm86.yml
+gives the A6000's memory fraction) fails the gate on sm86 and the host is rolled back to its
+known-good NEXTN, restored byte for byte and probed; the report and the evidence go under the
+working directory's artifacts/ (ddtree_artifacts_dir's default), not inside the collection.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import configparser
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -68,19 +69,30 @@ def installed(lab, tmp_path_factory):
     return {"root": root, "venv": venv, "work": work, "env": env}
 
 
-def test_the_installed_collection_deploys_on_the_lab_from_a_fresh_venv(installed):
+def test_the_installed_collection_runs_the_incident_on_the_lab_from_a_fresh_venv(installed):
     work, env = installed["work"], installed["env"]
+    kg = labkit.known_good("ct129")
     argv = [str(installed["venv"] / "bin" / "ansible-playbook"), "-i", str(labkit.INVENTORY),
             "ddtree.fleet.deploy_ddtree", "-l", "ct129"]
     started = time.monotonic()
     res = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     seconds = time.monotonic() - started
     out = res.stdout + res.stderr
-    assert res.returncode == 0, out[-4000:]
-    assert re.search(r"^ct129\s+:\s+ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", res.stdout, re.M), out[-3000:]
+    assert res.returncode == 2, out[-4000:]
+    assert "the DDTREE change failed" in out and "restored, healthy and probed" in out, out[-3000:]
     # Every role and module came from the installed collection, none from the checkout.
-    assert str(labkit.REPO) not in out, "the run resolved something from the checkout"
+    for part in ("roles", "collections", "plugins", "playbooks"):
+        assert str(labkit.REPO / part) not in out, f"the run used {labkit.REPO / part}"
     report = json.loads((work / "artifacts" / "deploy" / "latest.json").read_text())
-    assert [(h["host"], h["outcome"]) for h in report["hosts"]] == [("ct129", "unchanged")], report
+    (entry,) = report["hosts"]
+    assert (entry["host"], entry["outcome"]) == ("ct129", "rolled_back"), report
+    evidence = Path(entry["evidence"])
+    assert evidence.parent == work / "artifacts" / "ct129" and (evidence / "unit.diff").is_file(), evidence
+    # The collection's own group_vars/sm86.yml applied (the role defaults would give tp 1).
+    assert "--tp-size 2" in (evidence / "unit.diff").read_text()
     assert not list((installed["root"] / "collections").rglob("artifacts")), "wrote inside the collection"
-    labkit.record_timing("installed collection (fresh venv) in-sync deploy of ct129", play_wall=round(seconds, 2))
+    now = labkit.known_good("ct129")
+    assert now["link"] == kg["link"] and now["unit_sha256"] == kg["unit_sha256"], (kg, now)
+    assert labkit.service("ct129")["ActiveState"] == "active"
+    labkit.record_timing("installed collection (fresh venv): ct129 DDTREE refused and rolled back",
+                         play_wall=round(seconds, 2))

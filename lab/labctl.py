@@ -700,10 +700,7 @@ def write_slot(k: int) -> Path:
     out = REPO / "artifacts" / f"lab-slot{k}"
     (gv / "10-slot.yml").write_text(
         f"---\n# Lab slot {k}: controller-side outputs apart from the main lab's artifacts/.\n"
-        f"known_good_artifacts_dir: {out}\n"
-        f"run_report_dir: \"{out}/{{{{ ddtree_run_kind | default('deploy') }}}}\"\n"
-        f"run_report_textfile_dir: {out}/drift\n"
-        f"benchmark_artifacts_dir: {out}/benchmark\n")
+        f"ddtree_artifacts_dir: {out}\n")
     return d
 
 

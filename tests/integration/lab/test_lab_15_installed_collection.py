@@ -83,11 +83,14 @@ def test_the_installed_collection_runs_the_incident_on_the_lab_from_a_fresh_venv
     # Every role and module came from the installed collection, none from the checkout.
     for part in ("roles", "collections", "plugins", "playbooks"):
         assert str(labkit.REPO / part) not in out, f"the run used {labkit.REPO / part}"
-    report = json.loads((work / "artifacts" / "deploy" / "latest.json").read_text())
+    # Slot 0 has the default (artifacts/ where the run started); a lab slot's inventory points
+    # ddtree_artifacts_dir at artifacts/lab-slot<k> (labctl), as an operator's inventory may.
+    outputs = labkit.ARTIFACTS if labkit.SLOT else work / "artifacts"
+    report = json.loads((outputs / "deploy" / "latest.json").read_text())
     (entry,) = report["hosts"]
     assert (entry["host"], entry["outcome"]) == ("ct129", "rolled_back"), report
     evidence = Path(entry["evidence"])
-    assert evidence.parent == work / "artifacts" / "ct129" and (evidence / "unit.diff").is_file(), evidence
+    assert evidence.parent == outputs / "ct129" and (evidence / "unit.diff").is_file(), evidence
     # The collection's own group_vars/sm86.yml applied (the role defaults would give tp 1).
     assert "--tp-size 2" in (evidence / "unit.diff").read_text()
     assert not list((installed["root"] / "collections").rglob("artifacts")), "wrote inside the collection"

@@ -30,9 +30,9 @@ from ansible_collections.ddtree.fleet.plugins.module_utils.probe import run as d
 from ansible_collections.ddtree.fleet.plugins.module_utils.textcheck.judge import assess
 
 # The quality gate's argument spec owns its floors and the agreement rule; `ddtree-probe probe`
-# reads its defaults from there (in the checkout and in an installed collection alike: the
-# collection root is three levels above this file), so the CLI judges as the gate does.
-GATE_SPEC = Path(__file__).resolve().parents[3] / "roles" / "quality_gate" / "meta" / "argument_specs.yml"
+# reads its defaults from there (under ROOT, in the checkout and in an installed collection
+# alike), so the CLI judges as the gate does.
+GATE_SPEC = Path(ROOT, "roles", "quality_gate", "meta", "argument_specs.yml")
 
 
 def gate_defaults(path: Path = GATE_SPEC) -> dict:

@@ -401,6 +401,29 @@ def new_evidence_dir(host: str, before: set[Path]) -> Path:
     return new[-1]
 
 
+def watchdog_evidence(host: str) -> set[str]:
+    """The host's own watchdog evidence directories (<state dir>/evidence/watchdog-*)."""
+    return set(ssh(host, f"ls -1d {STATE_DIR}/evidence/watchdog-* 2>/dev/null || true").stdout.split())
+
+
+def watchdog_restored(host: str, before: set[str], kg_unit_sha: str, timeout: float = 90) -> str:
+    """Wait for the watchdog to put the known-good unit back; return its one new evidence directory.
+
+    The evidence holds the unit the watchdog replaced (``unit``) and what fired it (``trigger``):
+    that, not a look at the host right after the crash (the timer may already have fired on a slow
+    machine), is what proves a candidate was serving when the run died.
+    """
+    wait_until(lambda: sha256(host, UNIT)[UNIT] == kg_unit_sha, timeout=timeout, interval=1,
+               what=f"the watchdog restoring the known-good unit on {host}")
+    wait_until(lambda: "restored known-good" in ssh(
+        host, "journalctl -u ddtree-fleet-watchdog --no-pager -o cat").stdout,
+        timeout=timeout, interval=1, what=f"the watchdog's 'restored known-good' journal line on {host}")
+    new = sorted(watchdog_evidence(host) - before)
+    assert len(new) == 1, (before, new)
+    assert read_text(host, f"{new[0]}/trigger").strip() == "timer"
+    return new[0]
+
+
 def parse_iso(ts: str) -> float:
     from datetime import datetime
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()

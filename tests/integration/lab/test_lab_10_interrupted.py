@@ -16,6 +16,7 @@ import labkit
 def test_controller_killed_mid_change_host_restores_itself_and_next_run_finishes(lab):
     kg = labkit.known_good("ct129")
     assert kg["meta"]["algorithm"] == "NEXTN"
+    evidence_before = labkit.watchdog_evidence("ct129")
     argv = [str(labkit.VENV_BIN / "ansible-playbook"), "deploy_ddtree.yml", "-l", "ct129",
             "-e", "known_good_watchdog_seconds=20"]
     proc = subprocess.Popen(argv, cwd=labkit.REPO, env=labkit.ansible_env(), stdin=subprocess.DEVNULL,
@@ -33,25 +34,13 @@ def test_controller_killed_mid_change_host_restores_itself_and_next_run_finishes
             break
     proc.wait(timeout=30)
     assert seen_restart, "".join(out[-40:])
-    # Right after the crash the host runs the new, unprobed unit...
-    assert labkit.sha256("ct129", labkit.UNIT)[labkit.UNIT] != kg["unit_sha256"]
-    # ...until its watchdog fires and restores known-good by itself.
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if labkit.sha256("ct129", labkit.UNIT)[labkit.UNIT] == kg["unit_sha256"]:
-            break
-        time.sleep(1)
-    else:
-        raise AssertionError("the watchdog did not restore the known-good unit")
+    # The host's watchdog restores known-good by itself; its evidence keeps the unit it replaced:
+    # the new, unprobed DDTREE candidate the dead run had started.
+    ev = labkit.watchdog_restored("ct129", evidence_before, kg["unit_sha256"])
+    replaced = labkit.read_text("ct129", f"{ev}/unit")
+    assert "DDTREE" in replaced and replaced != labkit.read_text("ct129", labkit.UNIT), ev
     restored_after = time.monotonic() - killed_at
     assert labkit.sha256("ct129", labkit.ENV_FILE)[labkit.ENV_FILE] == kg["env_sha256"]
-    # The watchdog logs its line once the restored service is restarted, after the files are back.
-    def watchdog_said_so():
-        journal = labkit.ssh("ct129", "journalctl -u ddtree-fleet-watchdog --no-pager -o cat").stdout
-        return "restored known-good" in journal
-
-    labkit.wait_until(watchdog_said_so, timeout=90, interval=1,
-                      what="the watchdog's 'restored known-good' journal line")
     # The restarted known-good service comes up (port closed, then /health) and passes the probe.
     deadline = time.monotonic() + 90
     while True:
@@ -80,8 +69,7 @@ def test_benchmark_killed_mid_candidate_host_restores_itself(lab):
     labkit.ensure_seeded("interrupted benchmark")
     host = "ct200"
     kg = labkit.known_good(host)
-    evidence_before = set(labkit.ssh(host, f"ls -1d {labkit.STATE_DIR}/evidence/watchdog-* 2>/dev/null || true")
-                          .stdout.split())
+    evidence_before = labkit.watchdog_evidence(host)
     argv = [str(labkit.VENV_BIN / "ansible-playbook"), "benchmark.yml", "-l", host,
             "-e", '{"benchmark_candidates": ["DDTREE"], "benchmark_concurrency": [1]}',
             "-e", "benchmark_watchdog_seconds=20"]
@@ -101,20 +89,12 @@ def test_benchmark_killed_mid_candidate_host_restores_itself(lab):
                 break
         proc.wait(timeout=30)
         assert killed, "".join(out[-40:])
-        # The candidate serves, unproven, right after the crash...
-        assert labkit.sha256(host, labkit.UNIT)[labkit.UNIT] != kg["unit_sha256"]
-        assert "DDTREE" in labkit.read_text(host, labkit.UNIT)
-        # ...until the watchdog the benchmark armed restores known-good.
-        labkit.wait_until(lambda: labkit.sha256(host, labkit.UNIT)[labkit.UNIT] == kg["unit_sha256"],
-                          timeout=90, interval=1, what="the watchdog restoring the known-good unit")
+        # The watchdog the benchmark armed restores known-good; its evidence keeps the DDTREE
+        # candidate it replaced and the change record naming the known-good it went back to.
+        ev = labkit.watchdog_restored(host, evidence_before, kg["unit_sha256"])
+        assert "DDTREE" in labkit.read_text(host, f"{ev}/unit"), ev
         assert labkit.sha256(host, labkit.ENV_FILE)[labkit.ENV_FILE] == kg["env_sha256"]
-        labkit.wait_until(lambda: "restored known-good" in labkit.ssh(
-            host, "journalctl -u ddtree-fleet-watchdog --no-pager -o cat").stdout,
-            timeout=90, interval=1, what="the watchdog's 'restored known-good' journal line")
-        evidence = set(labkit.ssh(host, f"ls -1d {labkit.STATE_DIR}/evidence/watchdog-*").stdout.split())
-        new = sorted(evidence - evidence_before)
-        assert len(new) == 1, (evidence_before, evidence)
-        change = labkit.read_json(host, f"{new[0]}/change.json")
+        change = labkit.read_json(host, f"{ev}/change.json")
         assert change["known_good"] == kg["link"].rsplit("/", 1)[-1], change
         labkit.wait_until(lambda: labkit.probe(host)[0] == 0, timeout=90, interval=2,
                           what="the restored known-good service passing the probe")

@@ -16,7 +16,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 APT_PACKAGES := systemd-container debootstrap iproute2 openssh-client patch python3-venv
 
-.PHONY: help deps lab-deps venv lab-up lab-down lab-status demo test test-unit test-lab lint clean
+.PHONY: help deps lab-deps venv lab-up lab-down lab-status demo test test-unit test-lab test-real lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ test: lab-deps  ## set up, then run every test (unit, lint, lab integration, mol
 
 test-unit: venv  ## only the unit tests (no lab, no root; about a minute): run them after every change
 	$(BIN)/pytest -q -n $(UNIT_WORKERS) tests/unit
+
+test-real: lab-deps  ## only the real-stack tier: the patched DDTREE worker under the real sglang 0.5.23 + torch on CPU (installs its cached venv, ~6 min the first time)
+	@venv=$$(bash tests/real/setup.sh) && "$$venv/bin/python" -m pytest -q -p no:cacheprovider -W ignore tests/real
 
 test-lab: lab-deps  ## only the lab tests: boot the lab slots, lab integration + molecule, lab down
 	bash tests/run_all.sh lab

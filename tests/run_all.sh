@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test, in the order a failure is cheapest to find: unit, lint (while the lab boots and seeds
-# in the background), lab integration (with the molecule scenarios), run side by side on lab
+# Every test, in the order a failure is cheapest to find: unit, lint and the real-stack tier (while
+# the lab boots and seeds in the background), lab integration (with the molecule scenarios), run side by side on lab
 # slots. Called by `make test` (after the apt packages are in place; the venv is built here, next
 # to the lab's base image) and, with the argument `lab`, by `make test-lab` (lab stages only).
 # Brings the lab up and always takes it down again, then prints the timing table
@@ -41,6 +41,7 @@ finish() {
     echo "waiting for the lab's start-up to end before taking it down" >&2
     wait "$LAB_UP_PID" || true
   fi
+  if [ -n "${REAL_VENV_PID:-}" ]; then wait "$REAL_VENV_PID" 2>/dev/null || true; fi
   if [ -n "${LAB_STARTED:-}" ]; then lab_down || rc=$?; fi
   printf '\n=== timing table (%ss)\n' "$(( $(date +%s) - t0 ))"
   python3 tests/times_report.py || true
@@ -72,8 +73,24 @@ run_stage venv "venv (the pinned controller toolchain)" make --no-print-director
 touch "$TIMES/venv.done"
 
 if [ "$ONLY" = all ]; then
+  # The real-stack tier's venv (sglang 0.5.23 + torch, 11 GB, cached outside the checkout) installs
+  # in the background too: about 6 min the first time on a machine, nothing afterwards.
+  printf '\n=== real sglang venv, in the background: artifacts/logs/real-venv.log (%ss)\n' "$(( $(date +%s) - t0 ))"
+  run_stage real-venv "real tier venv (tests/real/setup.sh: sglang 0.5.23 + torch, cached)" \
+    bash tests/real/setup.sh >artifacts/logs/real-venv.log 2>&1 &
+  REAL_VENV_PID=$!
   run_stage unit "unit tests" pytest -q -n "${UNIT_WORKERS:-4}" tests/unit --times-json "$TIMES/unit.json"
   run_stage lint "lint" make --no-print-directory lint
+  if ! wait "$REAL_VENV_PID"; then
+    REAL_VENV_PID=
+    echo "the real tier's venv did not install; the end of artifacts/logs/real-venv.log:" >&2
+    tail -n 40 artifacts/logs/real-venv.log >&2
+    exit 1
+  fi
+  REAL_VENV_PID=
+  run_stage real "real tier (the patched worker under the real sglang 0.5.23 and torch, CPU)" \
+    "$(tail -n 1 artifacts/logs/real-venv.log)/bin/python" -m pytest -q -p no:cacheprovider -W ignore tests/real \
+      --times-json "$TIMES/real.json"
 fi
 
 printf '\n=== waiting for the lab (%ss)\n' "$(( $(date +%s) - t0 ))"

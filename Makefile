@@ -49,7 +49,7 @@ lab-status:  ## show the lab hosts
 demo: lab-up  ## set up, boot the lab, run deploy_ddtree.yml on it, print what happened
 	bash lab/demo.sh
 
-test: lab-deps  ## set up, then run every test (unit, lint, lab integration, molecule): what CI runs
+test: lab-deps  ## set up, then run every test (unit, lint, the real-stack tier, lab integration, molecule): what CI runs
 	bash tests/run_all.sh
 
 test-unit: venv  ## only the unit tests (no lab, no root; about a minute): run them after every change

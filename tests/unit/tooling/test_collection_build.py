@@ -60,7 +60,7 @@ def test_the_artifact_ships_the_product_and_not_the_lab(installed):
                    "roles/validate_inputs/meta/argument_specs.yml", "roles/run_report/tasks/main.yml"):
         assert wanted in names, wanted
     assert not [n for n in names if n.split("/")[0] in ("lab", "collections", "inventory", "molecule", ".ci")]
-    assert not [n for n in names if n.startswith(("tests/integration", "tests/bench"))]
+    assert not [n for n in names if n.startswith(("tests/integration", "tests/bench", "tests/real"))]
 
 
 def test_no_product_file_edits_sys_path(installed):

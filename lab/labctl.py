@@ -791,7 +791,16 @@ def power_on(h: dict, timeout: float) -> int:
         mount_disk(d, lower)
     pid = boot(h, d / "root")
     log(f"{h['name']}: booting again (pid {pid})")
-    wait_ready(h, pid, timeout=timeout)
+    try:
+        wait_ready(h, pid, timeout=timeout)
+    except SystemExit as first:
+        # Once more after a clean power-off: the previous container's leftovers (its cgroup,
+        # its machine registration) can outlive a power cut on a loaded machine.
+        log(f"{h['name']}: {first}; powering off and booting once more")
+        power_off(h)
+        pid = boot(h, d / "root")
+        log(f"{h['name']}: booting again (pid {pid})")
+        wait_ready(h, pid, timeout=timeout)
     log(f"{h['name']}: systemd running, sshd up")
     return pid
 
@@ -869,10 +878,14 @@ def kill_cgroup(cg: Path) -> None:
                     pass
 
 
-def rm_cgroup(cg: Path) -> None:
+def rm_cgroup(cg: Path, seconds: float = 30) -> None:
+    """Remove the cgroup once its processes are gone. A loaded machine can take many seconds to
+    reap a killed container's processes (seen in CI: still there after 5 s), so keep killing
+    and retrying for ``seconds``."""
     if not cg.exists():
         return
-    for _ in range(50):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
         dirs = sorted((p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
         try:
             for d in dirs + [cg]:

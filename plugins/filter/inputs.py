@@ -42,7 +42,7 @@ PLURAL = {"str": "strings", "path": "paths", "int": "integers", "float": "number
 
 LIMITS_PREFIX = "Limits: "
 LIMIT_KEYS = frozenset(("min", "max", "gt", "lt", "choices", "ignore_case", "nonempty", "absolute", "pattern",
-                        "expect", "min_items", "allowed_keys", "value_choices", "value_type"))
+                        "expect", "min_items", "allowed_keys", "key_pattern", "value_choices", "value_type"))
 
 
 def spec_limits(spec):
@@ -172,8 +172,8 @@ def _describe(spec, limits):
             parts.append("not empty")
         if "expect" in limits:
             parts.append(limits["expect"])
-        elif "pattern" in limits:
-            parts.append("matching %s" % limits["pattern"])
+        elif "pattern" in limits or "key_pattern" in limits:
+            parts.append("matching %s" % limits.get("pattern", limits.get("key_pattern")))
         if "min_items" in limits:
             parts.append("at least %s item(s)" % limits["min_items"])
         if "allowed_keys" in limits:
@@ -192,9 +192,9 @@ def _check(name, value, spec, problems):
     wanted = spec.get("type", "str")
     expect = _describe(spec, limits)
 
-    def bad(detail=None):
+    def bad(detail=None, hide=False):
         problems.append("%s=%s (%s): expected %s%s" % (
-            name, _show(value, hidden), _kind(value), expect, "; %s" % detail if detail else ""))
+            name, _show(value, hidden or hide), _kind(value), expect, "; %s" % detail if detail else ""))
 
     if value is None or not _type_ok(value, wanted):
         bad()
@@ -224,6 +224,11 @@ def _check(name, value, spec, problems):
             extra = sorted(str(k) for k in value if k not in limits["allowed_keys"])
             if extra:
                 bad("unknown key(s) %s" % ", ".join(extra))
+                return
+        if "key_pattern" in limits:
+            wrong = sorted(str(k) for k in value if not re.search(limits["key_pattern"], str(k)))
+            if wrong:
+                bad("key(s) %s" % ", ".join(wrong), hide=True)  # the values may be the secrets the names say
                 return
         if "value_choices" in limits:
             wrong = sorted(str(k) for k, v in value.items() if str(v) not in limits["value_choices"])

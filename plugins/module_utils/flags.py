@@ -33,6 +33,13 @@ DDTREE_BUDGET_FIELD = "speculative_ddtree_budget"
 DDTREE_BUDGET_FILE = "sglang/srt/arg_groups/fields/spec.py"
 DDTREE_MAX_BUDGET = 1023
 API_KEY_ENV = "SGLANG_API_KEY"
+# Where the unit's ExecStartPre writes the API key for SGLang's `--config <yaml>` (0600, the
+# service user's RuntimeDirectory on tmpfs): the key never sits on a command line, where any
+# local user reads it in /proc/PID/cmdline and ps. 0.5.23 reads a key from no environment variable.
+API_KEY_CONFIG_DEFAULT = "/run/sglang/api-key.yaml"
+# Flags sglang_extra_args may not pass: the role renders them from their own settings, or they
+# carry secrets (a later --api-key would override the --config file's key: CLI > config file).
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--config")
 
 
 class FlagError(ValueError):
@@ -58,7 +65,8 @@ def sglang_argv(cfg: dict) -> list[str]:
     mem_fraction_static, cuda_graph_backend {decode, prefill}, cuda_graph_max_bs,
     attention_backend, draft_attention_backend, speculative {num_steps, eagle_topk,
     num_draft_tokens}, ddtree_budget (0: not passed), served_model_name, context_length,
-    max_running_requests, enable_metrics, trust_remote_code, api_key_set, extra_args.
+    max_running_requests, enable_metrics, trust_remote_code, api_key_set, api_key_config
+    (the `--config` file that holds the key, default API_KEY_CONFIG_DEFAULT), extra_args.
     """
     algo = str(cfg.get("algorithm", "")).upper()
     if algo not in ALGORITHMS:
@@ -122,11 +130,30 @@ def sglang_argv(cfg: dict) -> list[str]:
         argv.append("--enable-metrics")
     if cfg.get("trust_remote_code"):
         argv.append("--trust-remote-code")
-    argv += [str(a) for a in cfg.get("extra_args") or []]
+    extra = [str(a) for a in cfg.get("extra_args") or []]
+    _refuse_owned_flags(extra, argv)
+    argv += extra
     if cfg.get("api_key_set"):
-        # systemd expands ${VAR} from the 0600 EnvironmentFile: the key never sits in the unit.
-        argv += ["--api-key", "${%s}" % API_KEY_ENV]
+        # The unit writes the key from its 0600 EnvironmentFile into this file before the start
+        # (sglang_service's ExecStartPre): neither the unit nor the command line holds it.
+        argv += ["--config", str(cfg.get("api_key_config") or API_KEY_CONFIG_DEFAULT)]
     return argv
+
+
+def _refuse_owned_flags(extra: list[str], rendered: list[str]) -> None:
+    """sglang_extra_args must not repeat a flag the role renders (the last one wins in argparse,
+    silently replacing the declared --host, --port, ...) nor pass a secret flag. argparse also
+    takes any unambiguous prefix (allow_abbrev), so `--api-k` counts as `--api-key`."""
+    owned = sorted({a for a in rendered if a.startswith("--")} | set(SECRET_FLAGS))
+    for arg in extra:
+        if not arg.startswith("--") or arg == "--":
+            continue
+        name = arg.split("=", 1)[0]
+        hit = next((f for f in owned if f == name or (len(name) > 3 and f.startswith(name))), None)
+        if hit:
+            why = ("it carries a secret: set sglang_api_key" if hit in SECRET_FLAGS
+                   else "the role renders it from its own setting")
+            raise FlagError(f"sglang_extra_args must not pass {name} ({hit}): {why}")
 
 
 def ddtree_budget(value) -> int:

@@ -185,6 +185,9 @@ def bad_values(name: str, spec: dict) -> list[tuple[str, object]]:
         if "value_choices" in own:
             key = next(iter(base), own.get("allowed_keys", ["k"])[0])
             out.append(("range", {**base, key: "nosuch"}))
+        if "key_pattern" in own:
+            key = next(k for k in ("SGLANG_API_KEY", "bad key", "1X") if not re.search(own["key_pattern"], k))
+            out.append(("range", {**base, key: "x"}))
         if "value_type" in own:
             key = next(iter(base), "K")
             out.append(("range", {**base, key: WRONG_ELEMENT[own["value_type"]]}))

@@ -5,8 +5,9 @@ environment, as inventory/production reads them (inventory/lab does the same). T
 --diff run, a change that fails the gate (evidence), a change that passes (a known-good record)
 and a drift run; afterwards everything the tool wrote -- play output, artifacts/, .ansible/, the
 host's journal and files -- is searched for the canaries. They may live only in the service's
-EnvironmentFile, the known-good record's copy of it and the snapshot taken before a change, all
-0600 and owned by the service user.
+EnvironmentFile, the known-good record's copy of it, the snapshot taken before a change and the
+--config file the unit writes for SGLang at each start, all 0600 and owned by the service user.
+No process's command line holds the key (/proc/PID/cmdline is readable by every local user).
 
 SGLang itself logs every server argument at start-up, the API key in clear (logger
 sglang.srt.entrypoints.engine, ``server_args={...}``), and so does the lab's stand-in. The journal
@@ -32,7 +33,8 @@ TOKEN = f"hf_ddtreecanary{secrets.token_hex(12)}"
 CANARIES = (KEY, TOKEN)
 # The EnvironmentFile, the known-good record's copy, and the pre-change snapshot of it.
 ALLOWED_ON_HOST = re.compile(r"^(/etc/sglang/sglang\.env|/var/lib/ddtree-fleet/records/[0-9a-f]+/env"
-                             r"|/var/lib/ddtree-fleet/staging/previous-sglang\.env)$")
+                             r"|/var/lib/ddtree-fleet/staging/previous-sglang\.env|/run/sglang/api-key\.yaml)$")
+KEY_CONFIG = "/run/sglang/api-key.yaml"
 FAULTS_ENV = "/etc/ddtree-lab/faults.env"
 LOGGING_CONFIG = "/etc/sglang/sglang-logging.json"
 UNIT = "/etc/systemd/system/sglang.service"
@@ -116,6 +118,22 @@ def test_canary_only_in_the_service_users_0600_env_files_on_the_host(runs):
     for path in sorted(found):
         owner = labkit.ssh(HOST, f"stat -c '%a %U %G' {shlex.quote(path)}").stdout.split()
         assert owner == ["600", "sglang", "sglang"], f"{path} is {owner}"
+
+
+def test_no_command_line_on_the_host_holds_the_key(runs):
+    """The server reads the key from its --config file (0600, the service user's tmpfs RuntimeDirectory)."""
+    pid = labkit.ssh(HOST, "systemctl show -p MainPID --value sglang.service").stdout.strip()
+    cmdline = labkit.ssh(HOST, f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
+    assert f"--config {KEY_CONFIG}" in cmdline and "--api-key" not in cmdline, cmdline
+    hits = labkit.ssh(HOST, f"grep -lF -- {shlex.quote(KEY)} /proc/[0-9]*/cmdline 2>/dev/null || true").stdout.split()
+    assert not hits, f"command lines holding the key: {hits}"
+    ps = labkit.ssh(HOST, "ps -eo args").stdout
+    assert KEY not in ps, ps
+    assert labkit.ssh(HOST, f"stat -c '%a %U %G' /run/sglang {KEY_CONFIG}").stdout.split() == [
+        "700", "sglang", "sglang", "600", "sglang", "sglang"]
+    # What systemd made of the unit's ExecStartPre line: the shell reads the variable, not the key.
+    pre = labkit.ssh(HOST, "systemctl show -p ExecStartPre sglang.service").stdout
+    assert "${SGLANG_API_KEY}" in pre and KEY not in pre, pre
 
 
 def test_no_canary_in_the_journal(runs):

@@ -8,6 +8,7 @@ parser built from the real flag list (lab/standin/.../sglang-0.5.23-cli.json).
 from __future__ import annotations
 
 import re
+import tempfile
 
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from ansible_collections.ddtree.fleet.plugins.module_utils import flags as ddtre
 from sglang_lab_standin import cli  # noqa: E402
 
 LAB_HOSTS = {"ct129": "sm86", "ct200": "sm120"}
+# What the unit's ExecStartPre writes before each start (a rendered argv names this file).
+KEY_FILE = Path(tempfile.mkdtemp(prefix="ddtree-flags-")) / "api-key.yaml"
+KEY_FILE.write_text('api-key: "unit-test-key"\n')
 ALGORITHMS = ["NEXTN", "EAGLE", "DFLASH", "DDTREE"]
 
 
@@ -53,7 +57,7 @@ def flag_input(v: dict) -> dict:
         "served_model_name": v["sglang_served_model_name"], "context_length": v["sglang_context_length"],
         "max_running_requests": v["sglang_max_running_requests"], "enable_metrics": v["sglang_enable_metrics"],
         "trust_remote_code": v["sglang_trust_remote_code"], "extra_args": v["sglang_extra_args"],
-        "api_key_set": True,
+        "api_key_set": True, "api_key_config": str(KEY_FILE),
     }
 
 
@@ -88,7 +92,9 @@ def test_rendered_flags_parse_with_real_sglang(host, arch, algorithm):
     assert ns.cuda_graph_backend_decode == v["sglang_cuda_graph_backend"]["decode"]
     if algorithm in ddtree_flags.DRAFT_ALGORITHMS:
         assert ns.speculative_draft_model_path == "/opt/sglang/models/draft"
-    assert argv[-2:] == ["--api-key", "${SGLANG_API_KEY}"]  # the key itself never sits in the unit
+    # The key is read from a --config file; no argument holds it, nor even names it.
+    assert argv[-2:] == ["--config", str(KEY_FILE)] and "--api-key" not in argv
+    assert ns.api_key == "unit-test-key"
 
 
 def test_per_architecture_values_from_the_incident():
@@ -165,3 +171,44 @@ def test_the_algorithm_names_are_one_list():
     assert tuple(role_vars["sglang_config_draft_algorithms"]) == ddtree_flags.DRAFT_ALGORITHMS
     assert ddtree_spec.ALGORITHMS == ddtree_flags.ALGORITHMS
     assert ddtree_spec.DRAFT_REQUIRED == ddtree_flags.DRAFT_ALGORITHMS
+
+
+def test_the_key_file_sets_the_key_and_the_command_line_holds_none(tmp_path):
+    """What the unit's ExecStartPre writes, read the way the server reads --config: the parsed
+    api_key is the key; the argv the unit renders contains neither the key nor a variable for it."""
+    key = "k3y-with.all~allowed+chars/=:@_"
+    path = tmp_path / "api-key.yaml"
+    path.write_text('api-key: "%s"\n' % key)  # the ExecStartPre's printf format
+    cfg = dict(flag_input(declared("sm86")), api_key_config=str(path))
+    argv = ddtree_flags.sglang_argv(cfg)
+    assert not any(key in a or ddtree_flags.API_KEY_ENV in a for a in argv), argv
+    budget = [cli.DDTREE_BUDGET_FLAG]  # sm86's declared DDTREE passes patch 0004's budget flag
+    assert cli.parse_args(argv, extra_flags=budget).api_key == key
+    assert cli.parse_args(argv[:-2], extra_flags=budget).api_key is None
+
+
+def test_the_key_pattern_admits_only_what_the_key_file_quotes_safely():
+    spec = yaml.safe_load((REPO / "roles/sglang/meta/argument_specs.yml").read_text())
+    pattern = spec_limits(spec["argument_specs"]["main"]["options"]["sglang_api_key"])["pattern"]
+    assert re.search(pattern, "Ab0._~+/=:@-") and re.search(pattern, "")
+    for bad in ('a"b', "a\\b", "a b", "a\nb", "a'b", "a$b", "a%b", "a`b"):
+        assert not re.search(pattern, bad), bad
+
+
+@pytest.mark.parametrize("extra, owned", [
+    (["--host", "0.0.0.0"], "--host"), (["--port=1"], "--port"), (["--api-key", "x"], "--api-key"),
+    (["--api-k=x"], "--api-key"), (["--admin-api-key", "x"], "--admin-api-key"),
+    (["--config", "/tmp/x.yaml"], "--config"), (["--mem-fraction-static", "0.9"], "--mem-fraction-static"),
+    (["--log-level", "debug", "--model-path", "/x"], "--model-path"),
+])
+def test_extra_args_may_not_replace_a_rendered_or_secret_flag(extra, owned):
+    cfg = dict(flag_input(declared("sm86")), extra_args=extra)
+    with pytest.raises(ddtree_flags.FlagError, match="sglang_extra_args must not pass .*%s" % re.escape(owned)):
+        ddtree_flags.sglang_argv(cfg)
+
+
+def test_extra_args_that_add_a_flag_pass_through():
+    cfg = dict(flag_input(declared("sm86")), extra_args=["--log-level", "debug", "--enable-metrics-for-all-schedulers"])
+    argv = ddtree_flags.sglang_argv(cfg)
+    assert argv[-5:-2] == ["--log-level", "debug", "--enable-metrics-for-all-schedulers"]
+    cli.parse_args(argv[:-2], extra_flags=[cli.DDTREE_BUDGET_FLAG])

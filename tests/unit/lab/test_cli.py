@@ -120,3 +120,45 @@ def test_budget_flag_only_when_source_defines_the_field(capsys):
 
 def test_page_size_is_an_int_like_the_real_field():
     assert cli.parse_args(["--model-path", "x", "--page-size", "16"]).page_size == 16
+
+
+# --config FILE: merged like 0.5.23's ConfigArgumentMerger (config first, the command line wins).
+def test_config_file_options_are_merged_and_the_command_line_wins(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text('---\n# comment\napi-key: "s3cret"\ntp-size: 2\nenable-metrics: true\n'
+                 "trust-remote-code: false\nhost: '0.0.0.0'\n")
+    a = cli.parse_args(["--model-path", "x", "--config", str(f), "--tp-size", "4"])
+    assert a.api_key == "s3cret" and a.tp_size == 4 and a.enable_metrics is True
+    assert a.trust_remote_code is False and a.host == "0.0.0.0"
+
+
+def test_config_keys_spelled_with_underscores_are_unrecognized_like_the_real_merger(tmp_path, capsys):
+    """0.5.23 turns each key into --<key> as written: `api_key:` becomes --api_key, which no flag is."""
+    f = tmp_path / "c.yaml"
+    f.write_text('api_key: "s3cret"\n')
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(["--model-path", "x", "--config", str(f)])
+    assert exc.value.code == 2 and "unrecognized arguments: --api_key s3cret" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("c.json", "{}", "Config file must be YAML format, got: .json"),
+    ("missing.yaml", None, "Config file not found"),
+    ("list.yaml", "- a\n- b\n", "dictionary at root level"),
+    ("bad.yaml", 'api_key: "unterminated\n', "bad quoted string"),
+])
+def test_config_file_errors_like_the_real_merger(tmp_path, name, text, message):
+    f = tmp_path / name
+    if text is not None:
+        f.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        cli.parse_args(["--model-path", "x", "--config", str(f)])
+
+
+def test_one_config_file_only(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("tp_size: 2\n")
+    with pytest.raises(ValueError, match="Multiple config files"):
+        cli.parse_args(["--config", str(f), "--model-path", "x", "--config", str(f)])
+    with pytest.raises(ValueError, match="No config file specified"):
+        cli.parse_args(["--model-path", "x", "--config"])

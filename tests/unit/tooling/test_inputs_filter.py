@@ -72,3 +72,23 @@ def test_every_limits_line_in_the_roles_parses():
         for entry in yaml.safe_load(path.read_text())["argument_specs"].values():
             walk(entry.get("options"))
     assert count >= 90
+
+
+def _drift_timer_options():
+    specs = {"drift_timer": yaml.safe_load((REPO / "roles/drift_timer/meta/argument_specs.yml").read_text())}
+    return _filters().spec_options(specs, ["drift_timer"])
+
+
+@pytest.mark.parametrize("env, refused", [
+    ({"ANSIBLE_VAULT_PASSWORD_FILE": "/root/.vault-pass", "http_proxy": "http://p:3128"}, None),
+    ({"SGLANG_API_KEY": "canary-1"}, "SGLANG_API_KEY"), ({"HF_TOKEN": "hf_canary2"}, "HF_TOKEN"),
+    ({"db_password": "canary-3", "PATH": "/bin"}, "db_password"), ({"bad name": "canary-4"}, "bad name"),
+])
+def test_drift_timer_environment_refuses_secret_names_for_its_0644_unit(env, refused):
+    problems = _filters().input_problems({"drift_timer_environment": env}, _drift_timer_options())
+    if refused is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and "key(s) %s" % refused in problems[0], problems
+        assert "secrets go in drift_timer_environment_files" in problems[0]
+        assert all(v not in problems[0] for v in env.values() if v.startswith(('canary', 'hf_'))), problems  # the values may be secrets

@@ -206,5 +206,81 @@ def build_parser(extra_flags: Iterable[str] = ()) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> argparse.Namespace:
-    """Parse a launch_server argument list; SystemExit(2) on anything the real parser rejects."""
-    return build_parser(extra_flags).parse_args(list(argv))
+    """Parse a launch_server argument list; SystemExit(2) on anything the real parser rejects.
+
+    ``--config FILE`` is merged first, as 0.5.23's prepare_server_args does (ConfigArgumentMerger).
+    """
+    parser = build_parser(extra_flags)
+    return parser.parse_args(merge_config(list(argv), parser))
+
+
+def _yaml_scalar(text: str, path: str, lineno: int) -> Any:
+    """One scalar of the flat YAML subset the stand-in reads (docs/lab-physics.md)."""
+    text = text.strip()
+    if text[:1] == '"':
+        try:
+            return json.loads(text)  # a JSON string is a YAML double-quoted scalar
+        except ValueError as exc:
+            raise ValueError(f"Config file {path} line {lineno}: bad quoted string ({exc})") from None
+    if text[:1] == "'" and text.endswith("'") and len(text) > 1:
+        return text[1:-1].replace("''", "'")
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("", "null", "~"):
+        return None
+    try:
+        return _number(text)
+    except ValueError:
+        return text
+
+
+def read_config_file(path: str) -> dict:
+    """The mapping of a ``--config`` file: the real checks (YAML suffix, exists, a mapping at the
+    root), for the flat ``key: scalar`` YAML the fleet writes (no PyYAML on the lab hosts)."""
+    if not path.lower().endswith((".yaml", ".yml")):
+        suffix = path.rsplit("/", 1)[-1].rpartition(".")[2]
+        raise ValueError(f"Config file must be YAML format, got: .{suffix}" if "." in path.rsplit("/", 1)[-1]
+                         else "Config file must be YAML format, got: ")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        raise ValueError(f"Config file not found: {path}") from None
+    out: dict = {}
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#") or line.strip() == "---":
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or line[:1].isspace() or not key.strip():
+            raise ValueError(f"Config file must contain a dictionary at root level ({path} line {lineno})")
+        out[key.strip()] = _yaml_scalar(value, path, lineno)
+    return out
+
+
+def merge_config(argv: list, parser: argparse.ArgumentParser) -> list:
+    """argv with a ``--config`` file's options put before the command line (CLI > config > defaults):
+    True adds a store_true flag, False leaves it out, other booleans become ``--key true|false``."""
+    where = [i for i, a in enumerate(argv) if a == "--config"]
+    if not where:
+        return argv
+    if len(where) > 1:
+        raise ValueError("Multiple config files specified! Only one allowed.")
+    i = where[0]
+    if i == len(argv) - 1:
+        raise ValueError("No config file specified after --config flag!")
+    store_true = {o[2:].replace("-", "_") for a in parser._actions
+                  if isinstance(a, argparse._StoreTrueAction) for o in a.option_strings if o.startswith("--")}
+    store_true |= {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}
+    extra = []
+    for key, value in read_config_file(argv[i + 1]).items():
+        if isinstance(value, bool):
+            if key.replace("-", "_") in store_true:
+                extra += [f"--{key}"] if value else []
+            else:
+                extra += [f"--{key}", str(value).lower()]
+        elif value is not None:
+            extra += [f"--{key}", str(value)]
+        else:
+            extra += [f"--{key}", "None"]
+    return extra + argv[:i] + argv[i + 2:]

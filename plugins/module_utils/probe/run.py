@@ -312,6 +312,22 @@ def _request_for(endpoint, item, model, top_logprobs=0):
     return path, json.dumps(body).encode()
 
 
+def worst_case_seconds(prompts=None, *, min_tokens_per_s=DEFAULT_MIN_TOKENS_PER_S, stall_timeout=DEFAULT_STALL_TIMEOUT,
+                       ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,
+                       request_timeout=DEFAULT_REQUEST_TIMEOUT) -> float:
+    """The longest one probe of ``prompts`` can take before its verdict, from the limits that end a
+    prompt: the first token within ``ttft_timeout``; then a stream kept only while its rate stays at
+    or above EARLY_RATE_FRACTION of the floor (so ``max_tokens`` at that rate), with a stall of up to
+    ``stall_timeout`` at its end; never past ``request_timeout``. Plus the /server_info and
+    /v1/models reads. The watchdog of a change must outlast every probe of its gate (role known_good)."""
+    slowest = EARLY_RATE_FRACTION * float(min_tokens_per_s)
+    total = 2 * SERVER_INFO_TIMEOUT
+    for item in normalise_prompts(prompts):
+        stream = item["max_tokens"] / slowest if slowest > 0 else float(request_timeout)
+        total += min(float(request_timeout), float(ttft_timeout) + max(float(rate_window_s), stream) + float(stall_timeout))
+    return total
+
+
 def probe_prompt(url, item, *, api_key=None, endpoint="generate", model=None,
                  min_tokens_per_s=DEFAULT_MIN_TOKENS_PER_S, stall_timeout=DEFAULT_STALL_TIMEOUT,
                  ttft_timeout=DEFAULT_TTFT_TIMEOUT, rate_window_s=DEFAULT_RATE_WINDOW_S,

@@ -289,10 +289,96 @@ def spec_options(specs, entry_points):
     return merged
 
 
+# ---------------------------------------------------------------- unknown variables (typos)
+
+# Variables with these prefixes belong to the project: the roles' (each role's options carry its
+# name) and the playbooks' (ddtree_). A name with one of them that nothing defines is a typo.
+PROJECT_PREFIX_EXTRA = ("ddtree",)
+SET_FACT_ACTIONS = ("set_fact", "ansible.builtin.set_fact", "ansible.legacy.set_fact")
+
+
+def _yaml_file(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _names_set_by(node, out):
+    """Names a task list (or play list) defines: register:, set_fact keys, vars: keys."""
+    if isinstance(node, list):
+        for item in node:
+            _names_set_by(item, out)
+        return
+    if not isinstance(node, Mapping):
+        return
+    if isinstance(node.get("register"), str):
+        out.add(node["register"])
+    for action in SET_FACT_ACTIONS:
+        if isinstance(node.get(action), Mapping):
+            out.update(k for k in node[action] if k != "cacheable")
+    if isinstance(node.get("vars"), Mapping):
+        out.update(node["vars"])
+    for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+        _names_set_by(node.get(key), out)
+
+
+def known_inputs(collection_dir):
+    """What the project reads, from the collection's roles/ and playbooks/ on the controller:
+    ``options`` (every argument-spec option of every role entry point: what an operator sets),
+    ``names`` (those, plus role defaults and vars and what tasks, handlers and playbooks set with
+    register, set_fact or vars) and ``prefixes`` (the regex of project-owned names: each role's
+    name or ddtree, followed by _)."""
+    import glob
+    import os
+
+    root = str(collection_dir)
+    options, names = set(), set()
+    for path in glob.glob(os.path.join(root, "roles", "*", "meta", "argument_specs.yml")):
+        specs = (_yaml_file(path) or {}).get("argument_specs") or {}
+        for entry in specs.values():
+            options.update((entry or {}).get("options") or {})
+    for sub in ("defaults", "vars"):
+        for path in glob.glob(os.path.join(root, "roles", "*", sub, "*.yml")):
+            doc = _yaml_file(path)
+            if isinstance(doc, Mapping):
+                names.update(doc)
+    for pattern in (("roles", "*", "tasks", "**", "*.yml"), ("roles", "*", "handlers", "*.yml"),
+                    ("playbooks", "**", "*.yml")):
+        for path in glob.glob(os.path.join(root, *pattern), recursive=True):
+            _names_set_by(_yaml_file(path), names)
+    roles = sorted(os.listdir(os.path.join(root, "roles")))
+    words = sorted(set(roles) | set(PROJECT_PREFIX_EXTRA), key=len, reverse=True)
+    return {"options": sorted(str(n) for n in options), "names": sorted(str(n) for n in names | options),
+            "prefixes": "^(%s)_" % "|".join(re.escape(w) for w in words)}
+
+
+def unknown_inputs(names, known, allowed=()):
+    """'name: ...; did you mean X?' for each name in ``names`` (variables with a project prefix that
+    this run defines) that ``known`` (known_inputs) does not have and ``allowed`` does not list; the
+    suggestions are documented options only."""
+    import difflib
+
+    if not isinstance(known, Mapping) or "names" not in known:
+        raise AnsibleFilterError("unknown_inputs expects the mapping known_inputs returns")
+    have = set(known["names"]) | set(allowed or ())
+    options = sorted(known.get("options") or [])
+    out = []
+    for name in sorted(set(names) - have):
+        close = difflib.get_close_matches(name, options, n=3, cutoff=0.8)
+        out.append("%s: no role or playbook of ddtree-fleet reads this variable (a typo?)%s" % (
+            name, "; did you mean %s?" % " or ".join(close) if close else
+            "; expected a documented option (ansible-doc -t role ddtree.fleet.<role>), or list it in ddtree_site_variables"))
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {
             "input_problems": input_problems,
             "spec_options": spec_options,
             "spec_limits": spec_limits,
+            "known_inputs": known_inputs,
+            "unknown_inputs": unknown_inputs,
         }

@@ -96,3 +96,11 @@ def test_a_key_that_the_key_file_cannot_hold_is_refused_up_front(inventory):
     assert res.returncode == 2, res.stdout[-3000:]
     assert "sglang_api_key=<hidden> (string): expected a string (letters, digits and ._~+/=:@- only" in res.stdout
     assert 'bad"key' not in res.stdout and "UNREACHABLE" not in res.stdout
+
+
+def test_a_typo_in_an_extra_var_stops_the_run_before_it_connects(inventory):
+    res = deploy(inventory, "-e", "sglang_mem_fracton_static=0.8", SGLANG_API_KEY="k")
+    assert res.returncode == 2, res.stdout[-3000:]
+    assert "sglang_mem_fracton_static: no role or playbook of ddtree-fleet reads this variable" in res.stdout
+    assert "did you mean sglang_mem_fraction_static?" in res.stdout
+    assert "UNREACHABLE" not in res.stdout

@@ -140,7 +140,7 @@ def test_a_slot_inventory_names_its_machines_like_the_lab(state):
     assert (hv["ct129"]["ansible_host"], hv["ct200"]["ansible_host"]) == ("10.213.64.2", "10.213.65.2")
     assert inv["sm86"]["hosts"] == ["ct129"] and inv["sm120"]["hosts"] == ["ct200"]
     assert hv["ct129"]["ddtree_artifacts_dir"] == str(REPO / "artifacts" / "lab-slot2")
-    assert hv["ct129"]["ddtree_lab_mirror"] == "http://10.213.0.1:8873"   # inventory/lab/group_vars/all.yml
+    assert hv["ct129"]["lab_mirror"] == "http://10.213.0.1:8873"   # inventory/lab/group_vars/all.yml
     entries = json.loads((d / "hosts.json").read_text())
     assert [(e["name"], e["machine"], e["netns"]) for e in entries] == [
         ("ct129", "s2-ct129", "ddl-s2-ct129"), ("ct200", "s2-ct200", "ddl-s2-ct200")]

@@ -1,6 +1,7 @@
 """The up-front input check validates one merged argument spec per host: the merge must be exact."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,31 @@ def test_drift_timer_environment_refuses_secret_names_for_its_0644_unit(env, ref
         assert len(problems) == 1 and "key(s) %s" % refused in problems[0], problems
         assert "secrets go in drift_timer_environment_files" in problems[0]
         assert all(v not in problems[0] for v in env.values() if v.startswith(('canary', 'hf_'))), problems  # the values may be secrets
+
+
+def test_known_inputs_are_every_option_default_var_and_name_the_tasks_set():
+    f = _filters()
+    found = f.known_inputs(REPO)
+    known = set(found["names"])
+    assert set(found["options"]) < known
+    for path in (REPO / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(path.read_text())["argument_specs"].values():
+            assert set(entry.get("options") or {}) <= known, path
+    # role vars, a set_fact of a playbook, a register of a role's tasks
+    assert {"sglang_config_argv", "ddtree_run_id", "sglang_service_state"} <= known
+    prefixes = found["prefixes"]
+    assert re.match(prefixes, "sglang_service_name") and re.match(prefixes, "ddtree_hosts")
+    assert not re.match(prefixes, "lab_mirror") and not re.match(prefixes, "ansible_host")
+
+
+def test_an_unknown_project_variable_is_named_with_the_closest_known_ones():
+    f = _filters()
+    known = f.known_inputs(REPO)
+    out = f.unknown_inputs(["sglang_mem_fracton_static", "sglang_port", "ddtree_my_site_thing",
+                            "quality_gate_soak_secs"], known, ["ddtree_my_site_thing"])
+    assert out == [
+        "quality_gate_soak_secs: no role or playbook of ddtree-fleet reads this variable (a typo?); "
+        "did you mean quality_gate_soak_seconds?",
+        "sglang_mem_fracton_static: no role or playbook of ddtree-fleet reads this variable (a typo?); "
+        "did you mean sglang_mem_fraction_static?"]
+    assert "expected a documented option" in f.unknown_inputs(["ddtree_zzz"], known)[0]

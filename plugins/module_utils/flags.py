@@ -133,9 +133,10 @@ def sglang_argv(cfg: dict) -> list[str]:
     extra = [str(a) for a in cfg.get("extra_args") or []]
     _refuse_owned_flags(extra, argv)
     argv += extra
-    if cfg.get("api_key_set"):
-        # The unit writes the key from its 0600 EnvironmentFile into this file before the start
-        # (sglang_service's ExecStartPre): neither the unit nor the command line holds it.
+    if cfg.get("api_key_config") or cfg.get("api_key_set"):
+        # The unit writes the keys (the admin key always, a random one when none is declared; the
+        # client key when set) from its 0600 EnvironmentFile into this file before each start
+        # (sglang_service's ExecStartPre): neither the unit nor the command line holds them.
         argv += ["--config", str(cfg.get("api_key_config") or API_KEY_CONFIG_DEFAULT)]
     return argv
 

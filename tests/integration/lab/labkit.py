@@ -102,7 +102,7 @@ def ssh(host: str, command: str, check: bool = True, timeout: float = 120) -> su
 
 def ansible_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    for secret in ("SGLANG_API_KEY", "HF_TOKEN"):   # the lab reads them (inventory/lab); tests set them
+    for secret in ("SGLANG_API_KEY", "SGLANG_ADMIN_API_KEY", "HF_TOKEN"):   # the lab reads them (inventory/lab); tests set them
         env.pop(secret, None)
     env.update(extra or {})
     if SLOT:  # the slot's own inventory (same host names) and fact cache

@@ -30,7 +30,8 @@ import pytest
 HOST = "ct200"
 KEY = f"ddtree-canary-key-{secrets.token_hex(12)}"
 TOKEN = f"hf_ddtreecanary{secrets.token_hex(12)}"
-CANARIES = (KEY, TOKEN)
+ADMIN = f"ddtree-canary-admin-{secrets.token_hex(12)}"
+CANARIES = (KEY, TOKEN, ADMIN)
 # The EnvironmentFile, the known-good record's copy, and the pre-change snapshot of it.
 ALLOWED_ON_HOST = re.compile(r"^(/etc/sglang/sglang\.env|/var/lib/ddtree-fleet/records/[0-9a-f]+/env"
                              r"|/var/lib/ddtree-fleet/staging/previous-sglang\.env|/run/sglang/api-key\.yaml)$")
@@ -44,7 +45,7 @@ UNIT = "/etc/systemd/system/sglang.service"
 def runs(lab):
     """Every play of the scenario, run with the canaries in the environment."""
     labkit.ensure_seeded("secrets")
-    env = {"SGLANG_API_KEY": KEY, "HF_TOKEN": TOKEN}
+    env = {"SGLANG_API_KEY": KEY, "HF_TOKEN": TOKEN, "SGLANG_ADMIN_API_KEY": ADMIN}
     out = {}
     try:
         out["check_diff"] = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST, "--check", "--diff", env=env)
@@ -86,6 +87,26 @@ def test_the_service_requires_the_key_and_the_probe_sends_it(runs):
     assert res.stdout.split() == ["401", "200"], (res.stdout, res.stderr)
     # The gate of the promoted run probed the keyed service and passed: it sent the key.
     assert re.search(r"quality gate pass", runs["promoted"].out), runs["promoted"].tail()
+
+
+def test_admin_endpoints_take_only_the_admin_key(runs):
+    """--admin-api-key from the same 0600 file: the client key no longer swaps weights or flushes."""
+    probe = ("import sys, urllib.request, urllib.error\n"
+             "keys = dict(line.split('=', 1) for line in sys.stdin.read().split())\n"
+             "def post(path, key):\n"
+             "    req = urllib.request.Request('http://127.0.0.1:30000' + path, data=b'{}', method='POST',\n"
+             "        headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'})\n"
+             "    try:\n"
+             "        return urllib.request.urlopen(req, timeout=5).status\n"
+             "    except urllib.error.HTTPError as e:\n"
+             "        return e.code\n"
+             "print(post('/flush_cache', keys['client']), post('/update_weights_from_disk', keys['client']),\n"
+             "      post('/flush_cache', keys['admin']))\n")
+    res = subprocess.run(["ip", "netns", "exec", labkit.netns(HOST), "python3", "-c", probe],
+                         input=f"client={KEY} admin={ADMIN}", capture_output=True, text=True, timeout=30)
+    assert res.stdout.split() == ["401", "401", "200"], (res.stdout, res.stderr)
+    config = labkit.read_text(HOST, KEY_CONFIG)
+    assert config == f'admin-api-key: "{ADMIN}"\napi-key: "{KEY}"\n'
 
 
 def test_no_canary_in_play_output(runs):

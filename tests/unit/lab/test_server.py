@@ -597,3 +597,33 @@ def test_probe_cli_judges_agreement_against_the_real_standin(launch, fault, stat
         assert rep["reasons"] == [r for r in rep["reasons"] if r.startswith("lossless_violation")]
         assert free["baseline_continuation"].strip() in rep["reasons"][0] or \
             free["baseline_continuation"][:20] in rep["reasons"][0]
+
+
+@pytest.mark.parametrize("keys", ["client_only", "client_and_admin", "none"])
+def test_admin_endpoints_follow_the_real_auth_levels(launch, tmp_path, keys):
+    """0.5.23's decide_request_auth for ADMIN_OPTIONAL endpoints: open without keys; the client key
+    when it is the only one; only the admin key once --admin-api-key is set (the client key then
+    opens the normal endpoints only). The keys come from a --config file, as the unit passes them."""
+    admin = "adm1n-" + KEY
+    config = tmp_path / f"keys-{keys}.yaml"
+    config.write_text({"client_only": f'api-key: "{KEY}"\n', "none": "",
+                       "client_and_admin": f'admin-api-key: "{admin}"\napi-key: "{KEY}"\n'}[keys])
+    s = launch(["--config", str(config)]).wait_ready()
+    client = {"Authorization": f"Bearer {KEY}"}
+
+    def post(path, headers, body=None):
+        return requests.post(s.base + path, json=body or {}, headers=headers, timeout=5).status_code
+
+    swap = {"model_path": "/models/other"}
+    if keys == "none":
+        assert post("/flush_cache", {}) == 200 and post("/update_weights_from_disk", {}, swap) == 200
+        mi = requests.get(s.base + "/model_info", timeout=2).json()
+        assert mi["model_path"] == "/models/other"  # the runtime weight swap the admin key guards
+    elif keys == "client_only":
+        assert post("/flush_cache", {}) == 401 and post("/flush_cache", client) == 200
+    else:
+        assert post("/flush_cache", client) == 401 and post("/update_weights_from_disk", client, swap) == 401
+        assert post("/flush_cache", {"Authorization": f"Bearer {admin}"}) == 200
+        assert post("/generate", client, {"text": "hi", "sampling_params": {"max_new_tokens": 2}}) == 200
+        assert post("/generate", {"Authorization": f"Bearer {admin}"}, {"text": "hi"}) == 401
+        assert requests.get(s.base + "/model_info", headers=client, timeout=2).json()["model_path"] == "/models/lab-27b"

@@ -26,6 +26,13 @@ from . import SGLANG_VERSION, cli, logconfig, physics, textgen
 from .faults import GARBAGE_RATE, HANG_AFTER_TOKENS, SLOW_TEXT_RATE, LabConfig, load_config
 
 AUTH_EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
+# Endpoints 0.5.23 marks @auth_level(AuthLevel.ADMIN_OPTIONAL) (entrypoints/http_server.py), a
+# subset: open without keys; with only --api-key that key; with --admin-api-key only the admin key
+# (srt/utils/auth.py decide_request_auth). The stand-in serves the first two; the others are
+# decided like the real server and then answer 404 here.
+ADMIN_OPTIONAL_PATHS = ("/flush_cache", "/update_weights_from_disk", "/set_internal_state", "/start_profile",
+                        "/stop_profile", "/freeze_gc", "/update_weights_from_tensor", "/update_weight_version",
+                        "/init_weights_update_group", "/update_weights_from_distributed")
 SPECULATIVE_HOOK_LOGGER = "sglang.srt.arg_groups.speculative_hook"
 GENERATE_DEFAULT_MAX_NEW_TOKENS = 128
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -351,10 +358,13 @@ class Handler(BaseHTTPRequestHandler):
             raise Abort(400, {"error": {"message": f"Invalid JSON body: {exc}"}}) from None
 
     def authorised(self, path: str) -> bool:
-        key = self.engine.args.api_key
-        if not key or path.startswith(AUTH_EXEMPT_PREFIXES):
+        """As 0.5.23's decide_request_auth for the NORMAL and ADMIN_OPTIONAL levels."""
+        if path.startswith(AUTH_EXEMPT_PREFIXES):
             return True
-        return self.headers.get("authorization", "") == f"Bearer {key}"
+        key, admin = self.engine.args.api_key, getattr(self.engine.args, "admin_api_key", None)
+        if path in ADMIN_OPTIONAL_PATHS and admin:
+            key = admin
+        return not key or self.headers.get("authorization", "") == f"Bearer {key}"
 
     # ---- dispatch ---------------------------------------------------------------------------
     GET_ROUTES = {
@@ -366,6 +376,7 @@ class Handler(BaseHTTPRequestHandler):
     POST_ROUTES = {
         "/generate": "generate", "/v1/completions": "completions",
         "/v1/chat/completions": "chat",
+        "/flush_cache": "flush_cache", "/update_weights_from_disk": "update_weights_from_disk",
     }
 
     def _dispatch(self, routes: dict) -> None:
@@ -446,6 +457,21 @@ class Handler(BaseHTTPRequestHandler):
             "model_type": physics.MODEL["model_type"],
             "architectures": [physics.MODEL["architecture"]],
         }
+
+    def h_flush_cache(self):
+        """POST /flush_cache: the stand-in has no radix cache to flush; it answers like a flush."""
+        self.read_json_quietly()
+        self.send_json(200, {"success": True, "message": "Cache flushed."})
+
+    def h_update_weights_from_disk(self):
+        """POST /update_weights_from_disk {"model_path": ...}: a runtime weight swap. The stand-in
+        serves the same text afterwards but reports the new path (/model_info, /server_info)."""
+        body = self.read_json()
+        path = body.get("model_path") if isinstance(body, dict) else None
+        if not isinstance(path, str) or not path:
+            raise Abort(400, {"success": False, "message": "model_path is required"})
+        self.engine.args.model_path = path
+        self.send_json(200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0})
 
     def h_model_info(self):
         self.send_json(200, self.model_info())

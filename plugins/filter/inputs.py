@@ -42,7 +42,8 @@ PLURAL = {"str": "strings", "path": "paths", "int": "integers", "float": "number
 
 LIMITS_PREFIX = "Limits: "
 LIMIT_KEYS = frozenset(("min", "max", "gt", "lt", "choices", "ignore_case", "nonempty", "absolute", "pattern",
-                        "expect", "min_items", "allowed_keys", "key_pattern", "value_choices", "value_type"))
+                        "expect", "min_items", "allowed_keys", "key_pattern", "value_choices", "value_type",
+                        "value_keys"))
 
 
 def spec_limits(spec):
@@ -180,6 +181,8 @@ def _describe(spec, limits):
             parts.append("keys from %s" % ", ".join(limits["allowed_keys"]))
         if "value_choices" in limits:
             parts.append("values from %s" % ", ".join(limits["value_choices"]))
+        if "value_keys" in limits:
+            parts.append("each value a mapping of %s" % ", ".join(limits["value_keys"]))
         if parts:
             words += " (%s)" % "; ".join(parts)
     return words
@@ -239,6 +242,12 @@ def _check(name, value, spec, problems):
             wrong = sorted(str(k) for k, v in value.items() if not _type_ok(v, limits["value_type"]))
             if wrong:
                 bad("%s must be %s" % (", ".join(wrong), TYPE_WORDS[limits["value_type"]]))
+                return
+        if "value_keys" in limits:
+            wrong = sorted("%s.%s" % (k, vk) for k, v in value.items() if isinstance(v, Mapping)
+                           for vk in v if vk not in limits["value_keys"])
+            if wrong:
+                bad("unknown key(s) %s" % ", ".join(wrong))
                 return
         sub = spec.get("options")
         if sub:

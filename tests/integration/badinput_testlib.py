@@ -188,6 +188,9 @@ def bad_values(name: str, spec: dict) -> list[tuple[str, object]]:
         if "key_pattern" in own:
             key = next(k for k in ("SGLANG_API_KEY", "bad key", "1X") if not re.search(own["key_pattern"], k))
             out.append(("range", {**base, key: "x"}))
+        if "value_keys" in own:
+            key = next(iter(base), own.get("allowed_keys", ["K"])[0])
+            out.append(("range", {**base, key: {"no_such_param": 1}}))
         if "value_type" in own:
             key = next(iter(base), "K")
             out.append(("range", {**base, key: WRONG_ELEMENT[own["value_type"]]}))

@@ -109,8 +109,8 @@ def test_benchmark_killed_mid_candidate_host_restores_itself(lab):
 def test_a_watchdog_shorter_than_the_gate_restores_but_quarantines_nothing(lab):
     """A watchdog that fires while the gate still runs (here: 10 s against a 20 s soak) puts
     known-good back under a candidate nobody has judged. The run fails and says so; the candidate is
-    not quarantined (the next run with a long enough watchdog promotes it) and known-good's record
-    is untouched. The default watchdog (start-up + the gate's worst case) cannot fire mid-gate."""
+    not quarantined (a later run gates it again) and known-good's record is untouched. The default
+    watchdog (start-up + the gate's worst case) cannot fire mid-gate."""
     labkit.ensure_seeded("watchdog shorter than the gate")
     host = "ct200"
     kg = labkit.known_good(host)
@@ -125,8 +125,5 @@ def test_a_watchdog_shorter_than_the_gate_restores_but_quarantines_nothing(lab):
     after = labkit.known_good(host)
     assert after["link"] == kg["link"] and after["unit_sha256"] == kg["unit_sha256"]
     assert labkit.sha256(host, labkit.UNIT)[labkit.UNIT] == kg["unit_sha256"]
-    # Not quarantined: with the default watchdog the same candidate goes through the gate.
-    again = labkit.run_playbook("deploy_ddtree.yml", "-l", host)
-    assert again.rc == 0, again
-    assert labkit.known_good(host)["meta"]["algorithm"] == "DDTREE"
-    labkit.restore_seeded([host], "watchdog shorter than the gate: back to the seeded NEXTN")
+    # The host is back on its seeded known-good: nothing to restore for the next test.
+    assert labkit.known_good(host)["meta"]["algorithm"] == "NEXTN"

@@ -121,3 +121,24 @@ def test_an_unknown_project_variable_is_named_with_the_closest_known_ones():
         "sglang_mem_fracton_static: no role or playbook of ddtree-fleet reads this variable (a typo?); "
         "did you mean sglang_mem_fraction_static?"]
     assert "expected a documented option" in f.unknown_inputs(["ddtree_zzz"], known)[0]
+
+
+def _role_options(role, entry="main"):
+    specs = {role: yaml.safe_load((REPO / f"roles/{role}/meta/argument_specs.yml").read_text())}
+    return _filters().spec_options(specs, [f"{role}:{entry}"])
+
+
+def test_unknown_speculative_parameters_are_refused_not_dropped():
+    check = _filters().input_problems
+    options = _role_options("sglang")
+    assert check({"sglang_speculative_params": {"NEXTN": {"num_steps": 3, "eagle_topk": 1}}}, options) == []
+    problems = check({"sglang_speculative_params": {"NEXTN": {"num_step": 3}, "DDTREE": {}}}, options)
+    assert len(problems) == 1 and "unknown key(s) NEXTN.num_step" in problems[0], problems
+
+
+def test_the_service_user_is_never_root():
+    check = _filters().input_problems
+    options = _role_options("sglang_service", "change")
+    assert check({"sglang_service_user": "sglang"}, options) == []
+    problems = check({"sglang_service_user": "root"}, options)
+    assert len(problems) == 1 and "expected a string (a user name other than root)" in problems[0], problems

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import re
 
-STATUSES = ("in_sync", "drifted", "corrected", "quarantined", "failed", "skipped", "unreachable")
+STATUSES = ("in_sync", "drifted", "corrected", "quarantined", "locked", "failed", "skipped", "unreachable")
 _SLICE = re.compile(r"^\s*([1-9][0-9]*)\s*/\s*([1-9][0-9]*)\s*$")
 
 
@@ -56,6 +56,27 @@ def textfile(entries, timestamp):
     for entry in entries:
         lines.append('ddtree_fleet_drift_differences{host="%s"} %d'
                      % (_label(entry["host"]), len(entry.get("differences") or [])))
+    lines += [
+        "# HELP ddtree_fleet_drift_locked_by Another run held the host's lock, so this run checked nothing there "
+        "(1 per holder: its controller, run and revision).",
+        "# TYPE ddtree_fleet_drift_locked_by gauge",
+    ]
+    for entry in entries:
+        holder = entry.get("lock_holder")
+        if entry["status"] == "locked" and holder:
+            lines.append('ddtree_fleet_drift_locked_by{host="%s",controller="%s",run="%s",revision="%s"} 1' % tuple(
+                _label(v) for v in (entry["host"], holder.get("controller", ""), holder.get("run", ""),
+                                    holder.get("revision", ""))))
+    lines += [
+        "# HELP ddtree_fleet_drift_known_good_info Who promoted the host's known-good configuration: the controller "
+        "and the declared revision (a revision that flips between runs: two controllers declare different states).",
+        "# TYPE ddtree_fleet_drift_known_good_info gauge",
+    ]
+    for entry in entries:
+        by = entry.get("promoted_by")
+        if by:
+            lines.append('ddtree_fleet_drift_known_good_info{host="%s",controller="%s",revision="%s"} 1' % tuple(
+                _label(v) for v in (entry["host"], by.get("controller", ""), by.get("revision", ""))))
     lines += [
         "# HELP ddtree_fleet_drift_corrections Hosts corrected in the last run.",
         "# TYPE ddtree_fleet_drift_corrections gauge",

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 
 from ansible_collections.ddtree.fleet.plugins.module_utils.gpu import QUERY_ARGS, gpu_facts_from_outputs
+from ansible_collections.ddtree.fleet.plugins.module_utils.http.client import HttpError, get_json
 from ansible_collections.ddtree.fleet.plugins.module_utils.patch.series import PatchSetError, ensure_patchset
 
 KG_FILES = ("meta.json", "unit", "env")
@@ -23,6 +24,9 @@ KG_FILES = ("meta.json", "unit", "env")
 KG_OPTIONAL_FILES = ("logging",)
 # What of a host's GPUs the known-good record keeps (roles/known_good promote), and compares.
 GPU_KEYS = ("arch", "count", "names", "memory_total_mib")
+# Asking the running server what it serves: one small GET, never long (a server still loading
+# does not answer, and is not judged).
+SERVED_TIMEOUT = 5.0
 
 
 def file_digest(path, algorithm):
@@ -165,6 +169,10 @@ def _service_differences(state, declared):
             out.append("%s: %s is missing" % (label, item["path"]))
         elif item["sha1"] != declared[key + "_sha1"]:
             out.append("%s: %s differs from %s" % (label, item["path"], declared_one))
+    served = state.get("served") or {}
+    if served.get("differs"):
+        out.append("served model: %s serves %s, declared %s (weights swapped at run time: restart)"
+                   % (served["url"], served["model_path"], served["declared"]))
     if live["active"] != "active":
         out.append("service: %s is %s" % (declared["service"], live["active"]))
     if live["enabled"] != "enabled":
@@ -227,6 +235,30 @@ def read_gpu(nvidia_smi, runner=subprocess.run):
         return None, "nvidia-smi: %s" % exc
 
 
+def read_served(url, api_key, declared, active, fetch=None):
+    """What the running server says it serves (SGLang's GET /model_info: model_path, which a
+    runtime weight update moves, and weight_version), compared with the declared model path.
+
+    Not asked when no URL or declared path is given, or the service is not active; a server that
+    does not answer (still loading, another key) is reported with its error and not judged."""
+    out = {"checked": False, "url": url or "", "declared": declared or "", "model_path": None,
+           "weight_version": None, "differs": False, "error": ""}
+    if not url or not declared or active != "active":
+        return out
+    try:
+        status, body = (fetch or get_json)(url, "/model_info", api_key or None, SERVED_TIMEOUT)
+    except (HttpError, ValueError) as exc:
+        out["error"] = str(exc)
+        return out
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("model_path"), str):
+        out["error"] = "GET /model_info answered %s" % status
+        return out
+    served = body["model_path"]
+    out.update(checked=True, model_path=served, weight_version=body.get("weight_version"),
+               differs=os.path.normpath(served) != os.path.normpath(declared))
+    return out
+
+
 def read_lock(lock_dir):
     """Whether a run holds the host's lock (host_lock's directory), and its owner record."""
     if not lock_dir or not os.path.isdir(lock_dir):
@@ -283,6 +315,8 @@ def read_state(params, runner=subprocess.run):
         "weights": [{"path": path, "exists": os.path.exists(os.path.join(path, ".ddtree-verified.json"))}
                     for path in params["weights"]],
     }
+    state["served"] = read_served(params.get("served_url"), params.get("served_api_key"),
+                                  params.get("served_model_path"), live["active"])
     state["known_good"]["problem"] = known_good_problem(state["known_good"], state_dir)
     state["differences"] = differences(state, params)
     state["pending_change"] = pending_change(state, params)

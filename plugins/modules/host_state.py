@@ -100,6 +100,19 @@ options:
   lock_dir:
     description: The host lock's directory (role host_lock); a lock held by any run makes the host not in sync.
     type: path
+  served_url:
+    description:
+      - Base URL of the running server. When given with O(served_model_path) and the service is active, the
+        module asks it what it serves (C(GET /model_info), 5 s at most) and lists a C(model_path) other than
+        the declared one as a difference of the service (a runtime weight update, such as
+        C(/update_weights_from_disk), moves it). A server that does not answer is not judged.
+    type: str
+  served_api_key:
+    description: API key for that request (never logged).
+    type: str
+  served_model_path:
+    description: The declared C(--model-path) of the unit.
+    type: str
   force:
     description:
       - Report the host as not in sync even when nothing differs, so that the caller re-applies and gates the
@@ -205,6 +218,12 @@ gpu_error:
   description: Why the GPUs could not be read, or null.
   returned: always
   type: str
+served:
+  description:
+    - What the running server serves (C(checked), C(url), C(model_path), C(weight_version), C(declared),
+      C(differs), and C(error) when it did not answer).
+  returned: always
+  type: dict
 lock:
   description: Whether a run holds the host's lock (held) and its owner record (owner).
   returned: always
@@ -243,6 +262,9 @@ def main():
             gpu=dict(type="bool", default=False),
             nvidia_smi=dict(type="path"),
             lock_dir=dict(type="path"),
+            served_url=dict(type="str"),
+            served_api_key=dict(type="str", no_log=True),
+            served_model_path=dict(type="str"),
             force=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

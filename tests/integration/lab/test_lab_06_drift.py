@@ -81,6 +81,41 @@ def test_hand_edit_and_stopped_service_are_corrected_then_in_sync(ct200_on_decla
     labkit.record_timing("drift ct200 in-sync run", play_wall=again.seconds)
 
 
+# On the host, as root: the admin key from the unit's 0600 --config file (a random one per start,
+# since the lab declares none), then a runtime weight swap, then what /model_info says.
+SWAP = r"""
+import json, re, sys, urllib.request
+admin = re.search(r'admin-api-key: "([^"]+)"', open("/run/sglang/api-key.yaml").read()).group(1)
+req = urllib.request.Request("http://127.0.0.1:30000/update_weights_from_disk", method="POST",
+                             data=json.dumps({"model_path": sys.argv[1]}).encode(),
+                             headers={"Authorization": "Bearer " + admin, "Content-Type": "application/json"})
+print(urllib.request.urlopen(req, timeout=10).status)
+"""
+MODEL_PATH = ("python3 -c 'import json, urllib.request; "
+              "print(json.load(urllib.request.urlopen(\"http://127.0.0.1:30000/model_info\", timeout=10))[\"model_path\"])'")
+
+
+def test_weights_swapped_at_run_time_are_drift_and_restarted_away(ct200_on_declared):
+    """/update_weights_from_disk (with the admin key) moves the served model while the unit, its
+    files and the known-good record stay as declared: drift reads /model_info, reports the swap
+    and restarts the service onto the declared weights through the gate."""
+    declared = labkit.known_good("ct200")["meta"]["model_dir"]
+    swap = labkit.ssh("ct200", "python3 - /opt/elsewhere/other-model <<'PY'\n" + SWAP + "PY")
+    assert swap.stdout.strip() == "200", swap
+    assert labkit.ssh("ct200", MODEL_PATH).stdout.strip() == "/opt/elsewhere/other-model"
+    started = labkit.service("ct200")["ActiveEnterTimestamp"]
+    run = labkit.run_playbook("drift.yml", "-l", "ct200")
+    assert run.rc == 0, run
+    e = entry(latest(), "ct200")
+    assert e["status"] == "corrected", e
+    assert e["differences"] == [f"served model: http://127.0.0.1:30000 serves /opt/elsewhere/other-model, "
+                                f"declared {declared} (weights swapped at run time: restart)"], e
+    assert labkit.service("ct200")["ActiveEnterTimestamp"] != started   # restarted onto the declared weights
+    assert labkit.ssh("ct200", MODEL_PATH).stdout.strip() == declared
+    assert labkit.known_good("ct200")["meta"]["model_dir"] == declared
+    labkit.record_timing("drift ct200 runtime weight swap restarted away", play_wall=run.seconds)
+
+
 def test_quarantine_does_not_flap_and_is_lifted_by_new_settings(lab):
     first = labkit.run_playbook("deploy_ddtree.yml", "-l", "ct129")
     assert first.rc != 0 and "ct129" in first.out

@@ -386,3 +386,95 @@ def test_force_makes_an_in_sync_host_go_through_the_change(run_module, host, tmp
     assert forced.result["in_sync"] is False
     assert forced.result["differences"] == plain.result["differences"] == []
     assert forced.result["pending_change"] is plain.result["pending_change"] is False
+
+
+class FakeServer:
+    """GET /model_info answers for read_served, recording what was asked."""
+
+    def __init__(self, status=200, body=None, error=None):
+        self.status, self.body, self.error, self.asked = status, body, error, []
+
+    def __call__(self, url, path, api_key, timeout):
+        self.asked.append((url, path, api_key, timeout))
+        if self.error:
+            raise self.error
+        return self.status, self.body
+
+
+def served(host, server, monkeypatch, **overrides):
+    monkeypatch.setattr(st, "get_json", server)
+    params = dict(served_url="http://127.0.0.1:30000", served_api_key="k3y",
+                  served_model_path=str(host.weights[0]))
+    params.update(overrides)
+    return host.read(**params)
+
+
+def test_a_server_on_its_declared_weights_is_in_sync(host, monkeypatch):
+    server = FakeServer(body={"model_path": str(host.weights[0]) + "/", "weight_version": "default"})
+    state = served(host.in_sync(), server, monkeypatch)
+    assert state["in_sync"] is True and state["differences"] == []
+    assert state["served"] == {"checked": True, "url": "http://127.0.0.1:30000", "declared": str(host.weights[0]),
+                               "model_path": str(host.weights[0]) + "/", "weight_version": "default",
+                               "differs": False, "error": ""}
+    assert server.asked == [("http://127.0.0.1:30000", "/model_info", "k3y", st.SERVED_TIMEOUT)]
+
+
+def test_weights_swapped_at_run_time_are_a_difference_of_the_service(host, monkeypatch):
+    """/update_weights_from_disk moves /model_info's model_path while the unit stays as declared:
+    drift lists it, and the service must change (the role restarts it onto the declared weights)."""
+    state = served(host.in_sync(), FakeServer(body={"model_path": "/tmp/other-model"}), monkeypatch)
+    assert state["differences"] == [
+        "served model: http://127.0.0.1:30000 serves /tmp/other-model, declared %s "
+        "(weights swapped at run time: restart)" % host.weights[0]]
+    assert state["pending_change"] is True and state["in_sync"] is False and state["served"]["differs"]
+
+
+@pytest.mark.parametrize("case, server, error", [
+    ("inactive", FakeServer(body={"model_path": "/elsewhere"}), ""),
+    ("unreachable", FakeServer(error=st.HttpError("connection refused")), "connection refused"),
+    ("wrong key", FakeServer(status=401, body={"error": "Unauthorized"}), "GET /model_info answered 401"),
+    ("no model_path", FakeServer(body={"served_model_name": "x"}), "GET /model_info answered 200"),
+])
+def test_a_server_that_does_not_say_is_not_judged(host, monkeypatch, case, server, error):
+    host.in_sync()
+    if case == "inactive":
+        host.systemd["is-active"] = "inactive"
+    state = served(host, server, monkeypatch)
+    assert state["served"]["checked"] is False and state["served"]["differs"] is False
+    assert state["served"]["error"] == error
+    assert not [d for d in state["differences"] if d.startswith("served model")]
+    assert (server.asked == []) == (case == "inactive")
+
+
+def test_served_model_is_read_over_real_http(host):
+    """The module's own HTTP client against a loopback server answering like SGLang's /model_info,
+    with the key checked."""
+    import http.server
+    import threading
+
+    declared = str(host.weights[0])
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = self.path == "/model_info" and self.headers.get("Authorization") == "Bearer k3y"
+            body = json.dumps({"model_path": "/swapped" if ok else None}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = "http://127.0.0.1:%d" % server.server_address[1]
+        good = st.read_served(url, "k3y", declared, "active")
+        bad = st.read_served(url, "wrong", declared, "active")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert good["checked"] and good["differs"] and good["model_path"] == "/swapped"
+    assert not bad["checked"] and bad["error"] == "GET /model_info answered 401"

@@ -68,6 +68,12 @@ def test_textfile_format():
         "# HELP ddtree_fleet_drift_differences Differences found on a host in the last run.",
         "# TYPE ddtree_fleet_drift_differences gauge",
         'ddtree_fleet_drift_differences{host="we\\"ird"} 2',
+        "# HELP ddtree_fleet_drift_locked_by Another run held the host's lock, so this run checked nothing there "
+        "(1 per holder: its controller, run and revision).",
+        "# TYPE ddtree_fleet_drift_locked_by gauge",
+        "# HELP ddtree_fleet_drift_known_good_info Who promoted the host's known-good configuration: the controller "
+        "and the declared revision (a revision that flips between runs: two controllers declare different states).",
+        "# TYPE ddtree_fleet_drift_known_good_info gauge",
         "# HELP ddtree_fleet_drift_corrections Hosts corrected in the last run.",
         "# TYPE ddtree_fleet_drift_corrections gauge",
         "ddtree_fleet_drift_corrections 0",
@@ -75,6 +81,25 @@ def test_textfile_format():
         "# TYPE ddtree_fleet_drift_last_run_timestamp_seconds gauge",
         "ddtree_fleet_drift_last_run_timestamp_seconds 12",
     ]
+
+
+def test_textfile_names_the_lock_holder_and_who_promoted_known_good():
+    """A host another run held is "locked", with the holder's controller, run and revision; the
+    known-good's promoter is there for every host that has one (two controllers show as a flip)."""
+    entries = [
+        {"host": "ct129", "status": "locked", "differences": [],
+         "lock_holder": {"controller": "ops2", "run": "r-77", "revision": "abc123", "pid": 9},
+         "promoted_by": {"controller": "ops1", "run": "r-1", "revision": "def456"}},
+        {"host": "ct200", "status": "in_sync", "differences": [], "lock_holder": None,
+         "promoted_by": None},
+    ]
+    lines = dr.textfile(entries, 5).splitlines()
+    assert 'ddtree_fleet_drift_status{host="ct129",status="locked"} 1' in lines
+    assert 'ddtree_fleet_drift_status{host="ct200",status="locked"} 0' in lines
+    assert 'ddtree_fleet_drift_locked_by{host="ct129",controller="ops2",run="r-77",revision="abc123"} 1' in lines
+    assert 'ddtree_fleet_drift_known_good_info{host="ct129",controller="ops1",revision="def456"} 1' in lines
+    assert not [line for line in lines if line.startswith(("ddtree_fleet_drift_locked_by{host=\"ct200\"",
+                                                             "ddtree_fleet_drift_known_good_info{host=\"ct200\""))]
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,34 @@ PLURAL = {"str": "strings", "path": "paths", "int": "integers", "float": "number
 LIMITS_PREFIX = "Limits: "
 LIMIT_KEYS = frozenset(("min", "max", "gt", "lt", "choices", "ignore_case", "nonempty", "absolute", "pattern",
                         "expect", "min_items", "allowed_keys", "key_pattern", "value_choices", "value_type",
-                        "value_keys"))
+                        "value_keys", "value_pattern", "value_expect"))
+
+
+def _strict(pattern):
+    """The pattern with each ``$`` outside a character class as ``\\Z``: Python's ``$`` also
+    matches before a trailing newline, so ``^[a-z]+$`` would accept "root\\n" (one line more in
+    an EnvironmentFile or a unit)."""
+    out, in_class, escaped = [], False, False
+    for ch in pattern:
+        if escaped:
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            out.append(ch)
+            escaped = True
+        elif in_class:
+            out.append(ch)
+            in_class = ch != "]"
+        elif ch == "[":
+            out.append(ch)
+            in_class = True
+        else:
+            out.append("\\Z" if ch == "$" else ch)
+    return "".join(out)
+
+
+def _matches(pattern, text):
+    return re.search(_strict(pattern), text) is not None
 
 
 def spec_limits(spec):
@@ -147,7 +174,7 @@ def _range_problems(value, wanted, limits):
         out.append("not empty")
     if limits.get("absolute") and not text.startswith("/"):
         out.append("an absolute path")
-    if "pattern" in limits and not re.search(limits["pattern"], text):
+    if "pattern" in limits and not _matches(limits["pattern"], text):
         out.append(limits.get("expect") or "matching %s" % limits["pattern"])
     return out
 
@@ -229,7 +256,7 @@ def _check(name, value, spec, problems):
                 bad("unknown key(s) %s" % ", ".join(extra))
                 return
         if "key_pattern" in limits:
-            wrong = sorted(str(k) for k in value if not re.search(limits["key_pattern"], str(k)))
+            wrong = sorted(str(k) for k in value if not _matches(limits["key_pattern"], str(k)))
             if wrong:
                 bad("key(s) %s" % ", ".join(wrong), hide=True)  # the values may be the secrets the names say
                 return
@@ -242,6 +269,12 @@ def _check(name, value, spec, problems):
             wrong = sorted(str(k) for k, v in value.items() if not _type_ok(v, limits["value_type"]))
             if wrong:
                 bad("%s must be %s" % (", ".join(wrong), TYPE_WORDS[limits["value_type"]]))
+                return
+        if "value_pattern" in limits:
+            wrong = sorted(str(k) for k, v in value.items() if not _matches(limits["value_pattern"], str(v)))
+            if wrong:
+                bad("value of %s must be %s" % (", ".join(wrong), limits.get("value_expect", "matching %s"
+                                                                              % limits["value_pattern"])), hide=True)
                 return
         if "value_keys" in limits:
             wrong = sorted("%s.%s" % (k, vk) for k, v in value.items() if isinstance(v, Mapping)

@@ -194,6 +194,9 @@ def bad_values(name: str, spec: dict) -> list[tuple[str, object]]:
         if "value_type" in own:
             key = next(iter(base), "K")
             out.append(("range", {**base, key: WRONG_ELEMENT[own["value_type"]]}))
+        if "value_pattern" in own:
+            key = next(iter(base), "K")
+            out.append(("range", {**base, key: "one line\nSECOND=line"}))
     else:
         if spec.get("choices"):
             out.append(("range", "NOSUCH"))

@@ -142,3 +142,27 @@ def test_the_service_user_is_never_root():
     assert check({"sglang_service_user": "sglang"}, options) == []
     problems = check({"sglang_service_user": "root"}, options)
     assert len(problems) == 1 and "expected a string (a user name other than root)" in problems[0], problems
+
+
+@pytest.mark.parametrize("role, entry, name, value", [
+    ("sglang_service", "change", "sglang_service_environment", {"OK": "1", "NCCL_DEBUG": "INFO\nSGLANG_API_KEY=x"}),
+    ("sglang_service", "change", "sglang_service_environment", {"TRAILING": "value\n"}),
+    ("sglang_service", "change", "sglang_service_environment", {"BAD-NAME": "1"}),
+    ("drift_timer", "main", "drift_timer_environment", {"http_proxy": "http://p:3128\nExecStartPre=/bin/sh"}),
+    ("sglang", "main", "sglang_hf_token", "hf_abc\nEXTRA=1"),
+    ("sglang", "main", "sglang_api_key", "key-1\n"),
+    ("sglang_service", "change", "sglang_service_user", "sglang\n"),
+])
+def test_a_newline_never_reaches_an_environment_file_or_a_unit(role, entry, name, value):
+    """A newline in a value would add a variable of its own to the EnvironmentFile (or a directive to
+    the drift timer's unit); Python's "$" matches before a trailing newline, so every pattern's end
+    is the string's end."""
+    problems = _filters().input_problems({name: value}, _role_options(role, entry))
+    assert len(problems) == 1 and problems[0].startswith(name + "="), problems
+    assert "SGLANG_API_KEY=x" not in problems[0] and "hf_abc" not in problems[0]   # values are not shown
+
+
+def test_one_line_values_with_tabs_and_spaces_pass():
+    options = _role_options("sglang_service", "change")
+    assert _filters().input_problems({"sglang_service_environment": {"NCCL_DEBUG": "INFO", "X_OPTS": "a b\tc"}},
+                                     options) == []

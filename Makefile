@@ -16,7 +16,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 APT_PACKAGES := systemd-container debootstrap iproute2 openssh-client patch python3-venv
 
-.PHONY: help deps lab-deps venv lab-up lab-down lab-status demo test test-unit test-lab test-real lint clean
+.PHONY: help deps lab-deps venv lock lab-up lab-down lab-status demo test test-unit test-lab test-real lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -26,12 +26,25 @@ lab-deps:  ## install the OS packages the lab and the tests need (apt, as root)
 	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
-$(VENV)/.stamp: requirements.txt ee/requirements.txt
+# The toolchain installs from requirements.lock: every package, the dependencies too, pinned with
+# its sha256 (--require-hashes; --no-deps so that nothing outside the lock comes in), then pip check.
+$(VENV)/.stamp: requirements.lock
 	python3 -m venv $(VENV)
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip check
 	touch $@
 
-venv: $(VENV)/.stamp  ## create the pinned controller toolchain in .venv/
+venv: $(VENV)/.stamp  ## create the pinned controller toolchain in .venv/ (from requirements.lock, hashes checked)
+
+# requirements.lock is generated from requirements.txt (+ ee/requirements.txt); regenerate it after
+# changing a pin (PyPI access; pip-tools runs in a throwaway venv).
+PIP_TOOLS := pip-tools==7.7.0
+lock:  ## regenerate requirements.lock (pins + sha256 of every package) from requirements.txt
+	rm -rf /tmp/ddtree-fleet-lock && python3 -m venv /tmp/ddtree-fleet-lock
+	/tmp/ddtree-fleet-lock/bin/pip install -q $(PIP_TOOLS)
+	/tmp/ddtree-fleet-lock/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras \
+	  --no-emit-index-url --no-emit-find-links -o requirements.lock requirements.txt
+	rm -rf /tmp/ddtree-fleet-lock
 
 deps: lab-deps venv
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 
+from ansible_collections.ddtree.fleet.plugins.module_utils import disk as ddtree_disk
 from ansible_collections.ddtree.fleet.plugins.module_utils import flags as ddtree_flags
 from ansible_collections.ddtree.fleet.plugins.module_utils import gpu as ddtree_gpu
 
@@ -37,6 +38,14 @@ def model_fits(weights_gib, tp_size, gpu_mem_gib, mem_fraction_static, kv_headro
     return dict(detail, fits=fits)
 
 
+def disk_budget(items, headroom_gib):
+    """Preflight's disk budget (module_utils/disk.py): per filesystem, what the change writes."""
+    try:
+        return ddtree_disk.disk_budget(list(items), headroom_gib)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("disk_budget: %s" % exc) from exc
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -45,4 +54,5 @@ class FilterModule:
             "config_fingerprint": config_fingerprint,
             "attention_allowed": attention_allowed,
             "model_fits": model_fits,
+            "disk_budget": disk_budget,
         }

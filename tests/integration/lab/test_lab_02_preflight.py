@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 DRAFT_8B = ('{"sglang_draft_model": {"repo_id": "z-lab/Qwen3-8B-DFlash", '
-            '"revision": "4f8bdd0dfaff83716f995f7e63e712a68282ac91"}}')
+            '"revision": "4f8bdd0dfaff83716f995f7e63e712a68282ac91", "weights_gib": 2}}')
 DRAFT_8B_MANIFEST = "f8d3048136a16697a5008ae41a6da31637c7cf9f735b6727f7be337cd8029236"
 
 CASES = {

@@ -166,13 +166,31 @@ def test_no_canary_in_the_journal(runs):
 
 
 def test_the_service_runs_unprivileged_and_hardened(runs):
-    props = dict(line.split("=", 1) for line in labkit.ssh(HOST, (
+    lines = labkit.ssh(HOST, (
         "systemctl show sglang.service -p User -p NoNewPrivileges -p CapabilityBoundingSet -p AmbientCapabilities "
-        "-p ProtectSystem -p ProtectHome -p PrivateTmp -p DevicePolicy -p DeviceAllow -p MainPID")).stdout.splitlines())
+        "-p ProtectSystem -p ProtectHome -p PrivateTmp -p DevicePolicy -p DeviceAllow -p MainPID -p UMask "
+        "-p ProtectClock -p ProtectKernelLogs -p ProtectHostname -p ProtectProc -p RestrictNamespaces "
+        "-p SystemCallArchitectures -p RestrictAddressFamilies -p RemoveIPC")).stdout.splitlines()
+    props = dict(line.split("=", 1) for line in lines)
+    devices = [line.split("=", 1)[1] for line in lines if line.startswith("DeviceAllow=")]   # one line each
     assert props["User"] == "sglang" and props["NoNewPrivileges"] == "yes", props
     assert props["CapabilityBoundingSet"] == "" and props["AmbientCapabilities"] == "", props
     assert props["ProtectSystem"] == "strict" and props["ProtectHome"] == "yes" and props["PrivateTmp"] == "yes", props
-    assert props["DevicePolicy"] == "closed" and "/dev/nvidiactl rw" in props["DeviceAllow"], props
+    assert props["DevicePolicy"] == "closed", props
+    # By class, so that /dev/nvidia-uvm created by the first CUDA call is covered; no path entries.
+    # (ProtectClock=yes adds the read-only RTC class)
+    assert sorted(devices) == ["char-nvidia-caps rw", "char-nvidia-frontend rw", "char-nvidia-uvm rw",
+                               "char-nvidiactl rw", "char-rtc r"], devices
+    assert props["UMask"] == "0077" and props["ProtectClock"] == "yes" and props["ProtectKernelLogs"] == "yes", props
+    assert props["ProtectHostname"] == "yes" and props["ProtectProc"] == "invisible", props
+    assert props["RestrictNamespaces"] == "yes" and props["SystemCallArchitectures"] == "native", props
+    assert set(props["RestrictAddressFamilies"].split()) == {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}, props
+    assert props["RemoveIPC"] == "yes", props
+    # systemd's own exposure score of the unit as it runs (5.0 with the hardening before).
+    score = re.search(r"Overall exposure level for sglang.service: ([0-9.]+)",
+                      labkit.ssh(HOST, "systemd-analyze security --no-pager sglang.service").stdout)
+    print(f"systemd-analyze security sglang.service: {score.group(1)}")
+    assert float(score.group(1)) < 5.0, score.group(0)
     status = labkit.read_text(HOST, f"/proc/{props['MainPID']}/status")
     uid = re.search(r"^Uid:\s+(\d+)", status, re.M).group(1)
     caps = re.search(r"^CapEff:\s+(\w+)", status, re.M).group(1)

@@ -11,10 +11,30 @@ import pytest
 HOST = "ct200"
 
 
+# Old versions an earlier life of the host left behind (role retention collects them after the
+# change): records naming venvs that are gone, orphan venvs with their patch sets, old revisions.
+OLD = {"records": [f"/var/lib/ddtree-fleet/records/0ld{i}" for i in range(1, 4)],
+       "venvs": [f"/opt/sglang/venvs/0.5.23-oldset{i}" for i in range(1, 5)],
+       "patches": [f"/opt/sglang/patches/oldset{i}" for i in range(1, 5)],
+       "weights": [f"/opt/sglang/models/Qwen--Qwen3.6-27B/{i:040x}" for i in range(1, 5)]}
+
+
+def plant_old_versions():
+    lines = ["set -eu"]
+    for kind, paths in OLD.items():
+        for i, path in enumerate(paths, 1):
+            lines.append(f"mkdir -p {path} && head -c 4096 /dev/zero > {path}/blob")
+            if kind == "records":
+                lines.append(f"""printf '{{"fingerprint": "0ld{i}", "venv": "/opt/sglang/venvs/gone{i}"}}' > {path}/meta.json""")
+            lines.append(f"touch -d '2026-01-0{i} 00:00' {path}")
+    labkit.ssh(HOST, "\n".join(lines))
+
+
 @pytest.fixture(scope="module")
 def promoted(lab):
     pre = {"kg": labkit.known_good(HOST), "service": labkit.service(HOST)}
     assert pre["kg"]["meta"]["algorithm"] == "NEXTN", pre["kg"]
+    plant_old_versions()
     run = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST)
     print(f"\n[ct200] deploy_ddtree.yml -l {HOST}: rc {run.rc} in {run.seconds:.1f}s")
     return {"pre": pre, "run": run}
@@ -64,6 +84,21 @@ def test_promoted_server_took_the_node_budget(promoted):
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == "32", (res.stdout, res.stderr)
     assert "has no effect" not in labkit.ssh(HOST, "journalctl -u sglang.service -b --no-pager -q").stdout
+
+
+def test_old_versions_are_collected_but_never_what_a_record_needs(promoted):
+    """retention_keep=2: of each kind the two newest others stay besides the known-good record, the
+    declared configuration and what a kept record names; the rest went after the promotion."""
+    kg = labkit.known_good(HOST)
+    seeded = promoted["pre"]["kg"]
+    exists = {p: labkit.ssh(HOST, f"test -d {p}", check=False).returncode == 0
+              for p in [q for paths in OLD.values() for q in paths]
+              + [f"/var/lib/ddtree-fleet/{seeded['link']}", f"/var/lib/ddtree-fleet/{kg['link']}",
+                 kg["meta"]["venv"], kg["meta"]["model_dir"], kg["meta"]["draft_dir"], seeded["meta"]["venv"]]}
+    gone = sorted(p for p, there in exists.items() if not there)
+    assert gone == sorted(OLD["records"][:2] + OLD["venvs"][:2] + OLD["patches"][:2] + OLD["weights"][:2]), exists
+    assert "collected 8 old version(s)" in promoted["run"].out, promoted["run"].tail()
+    labkit.ssh(HOST, "rm -rf " + " ".join(p for paths in OLD.values() for p in paths))
 
 
 def test_second_deploy_changes_nothing(promoted):

@@ -1,0 +1,117 @@
+# -*- coding: utf-8 -*-
+# ddtree-fleet: what a host keeps of the past, and what it may collect.
+#
+# Used by plugins/modules/host_retention.py on the managed host (standard library only) and by the
+# unit tests. ``plan`` only reads and decides; ``collect`` removes what the plan lists.
+#
+# Kept, always: the known-good record, the declared configuration's record, and everything a kept
+# record names in its meta.json (venv, model_dir, draft_dir), the declared venv and weights, the
+# patch sets of kept venvs. Kept besides: the ``keep`` most recent others of each kind (records;
+# venvs; weight revisions per repository; the watchdog's evidence on the host). Directories still
+# being built (*.partial) are left alone.
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+KINDS = ("records", "venvs", "weights", "patches", "evidence")
+
+
+def _dirs(root):
+    """Sub-directories of ``root`` (not links), newest first by mtime; [] when it does not exist."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(root, name)
+        if name.endswith(".partial") or name.startswith(".") or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        out.append((os.stat(path).st_mtime, path))
+    return [path for _, path in sorted(out, reverse=True)]
+
+
+def _meta(record):
+    try:
+        with open(os.path.join(record, "meta.json"), encoding="utf-8") as handle:
+            meta = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _split(paths, protected, keep):
+    """(kept, removed): the protected ones, then the ``keep`` newest of the rest."""
+    rest = [p for p in paths if os.path.normpath(p) not in protected]
+    return [p for p in paths if p not in rest[keep:]], rest[keep:]
+
+
+def plan(state_dir, venv_root, models_root, patch_root, declared, keep):
+    """{kind: {"kept": [...], "removed": [...]}} for records, venvs, weights, patches and evidence.
+
+    ``declared``: {"fingerprint", "venv", "weights": [dirs]} of the declared configuration."""
+    if keep < 0:
+        raise ValueError("keep must be >= 0, got %r" % (keep,))
+    norm = os.path.normpath
+    records_root = os.path.join(state_dir, "records")
+    link = os.path.join(state_dir, "known-good")
+    protected = {norm(os.path.join(records_root, str(declared.get("fingerprint") or "")))}
+    if os.path.islink(link):
+        protected.add(norm(os.path.join(state_dir, os.readlink(link))))
+    out = {}
+    kept, removed = _split(_dirs(records_root), protected, keep)
+    out["records"] = {"kept": kept, "removed": removed}
+
+    needed_venvs = {norm(declared["venv"])} if declared.get("venv") else set()
+    needed_weights = {norm(w) for w in declared.get("weights") or []}
+    for record in kept:
+        meta = _meta(record)
+        if meta.get("venv"):
+            needed_venvs.add(norm(meta["venv"]))
+        needed_weights.update(norm(meta[k]) for k in ("model_dir", "draft_dir") if meta.get(k))
+
+    kept, removed = _split(_dirs(venv_root), needed_venvs, keep)
+    out["venvs"] = {"kept": kept, "removed": removed}
+
+    wk, wr = [], []
+    for repo in sorted(_dirs(models_root)):
+        k, r = _split(_dirs(repo), needed_weights, keep)
+        wk += k
+        wr += r
+    out["weights"] = {"kept": wk, "removed": wr}
+
+    # A venv is <source>-<patch set>; its patch set lives under patch_root/<patch set>.
+    sets = {os.path.basename(v).rsplit("-", 1)[-1] for v in out["venvs"]["kept"]}
+    if declared.get("venv"):
+        sets.add(os.path.basename(norm(declared["venv"])).rsplit("-", 1)[-1])
+    # The watchdog's own evidence on the host (<state dir>/evidence/watchdog-<time>): the newest stay.
+    kept, removed = _split(_dirs(os.path.join(state_dir, "evidence")), set(), keep)
+    out["evidence"] = {"kept": kept, "removed": removed}
+    patches = _dirs(patch_root)
+    out["patches"] = {"kept": [p for p in patches if os.path.basename(p) in sets],
+                      "removed": [p for p in patches if os.path.basename(p) not in sets]}
+    return out
+
+
+def size_bytes(path):
+    total = 0
+    for root, _dirs_, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def collect(planned):
+    """Remove what ``planned`` lists; returns the bytes freed."""
+    freed = 0
+    for kind in KINDS:
+        for path in planned[kind]["removed"]:
+            freed += size_bytes(path)
+            shutil.rmtree(path)
+    return freed

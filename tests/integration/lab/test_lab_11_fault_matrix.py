@@ -230,9 +230,17 @@ def test_full_disk_fails_before_the_service_changes(ready):
     svc = labkit.service(HOST)
     labkit.ssh(HOST, f"rm -rf {DRAFT_ROOT} && mkdir -p {DRAFT_ROOT} && mount -t tmpfs -o size=128k tmpfs {DRAFT_ROOT}")
     try:
-        run = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST)
+        # The declared size (4 GiB) does not fit: preflight's disk budget refuses, naming the filesystem.
+        early = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST)
+        # A declared size that understates the files gets past preflight; the download's own check stops it.
+        small = {"repo_id": "z-lab/Qwen3.6-27B-DFlash", "revision": DRAFT_REV, "weights_gib": 0.0001}
+        run = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST, "-e", json.dumps(
+            {"sglang_draft_model": small, "sglang_disk_headroom_gib": 0}))
     finally:
         labkit.ssh(HOST, f"umount {DRAFT_ROOT}")
+    assert early.rc == 2, str(early)
+    assert re.search(rf"not enough disk for the change: {DRAFT_ROOT} has 0\.0 GiB free, needs 9\.0 GiB: "
+                     r"draft weights 4\.0 GiB \(sglang_draft_model\.weights_gib\)", flat(early)), early.tail()
     assert run.rc == 2, str(run)
     text = flat(run)
     assert "failed before the service was changed" in text, run.tail()

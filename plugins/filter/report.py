@@ -12,6 +12,11 @@ def prometheus_textfile(entries, timestamp):
     return ddtree_report.textfile(list(entries or []), float(timestamp))
 
 
+def speed_textfile(entry, timestamp):
+    """One host's last speed gate (ddtree_fleet_speed_*) from its report entry, in the textfile format."""
+    return ddtree_report.speed_textfile(dict(entry), float(timestamp))
+
+
 def _slice_filter(func):
     """``func`` (parse_slice or slice_suffix) with a bad K/N reported as a filter error."""
     def run(text):
@@ -26,6 +31,7 @@ class FilterModule:
     def filters(self):
         return {
             "prometheus_textfile": prometheus_textfile,
+            "speed_textfile": speed_textfile,
             "run_slice": _slice_filter(ddtree_report.parse_slice),
             "slice_suffix": _slice_filter(ddtree_report.slice_suffix),
         }

@@ -88,6 +88,53 @@ def textfile(entries, timestamp):
     return "\n".join(lines) + "\n"
 
 
+SPEED_HELP = {
+    "ddtree_fleet_speed_tokens_per_second": "Median output tokens/s of the speed gate's rounds, per service.",
+    "ddtree_fleet_speed_ratio": "Candidate / known-good throughput: the Hodges-Lehmann estimate and its interval.",
+    "ddtree_fleet_speed_ttft_seconds": "Time to first token of the candidate under the speed gate's load.",
+    "ddtree_fleet_speed_itl_seconds": "Inter-token latency of the candidate under the speed gate's load.",
+    "ddtree_fleet_speed_verdict": "The speed gate's verdict (1 for the verdict of the host's last gate).",
+    "ddtree_fleet_speed_gate_seconds": "Wall time of the candidate's speed measurement.",
+    "ddtree_fleet_speed_last_gate_timestamp_seconds": "When the host's last speed gate was reported.",
+}
+
+
+def speed_textfile(entry, timestamp):
+    """One host's last speed gate (its report entry's ``speed``), in the textfile format: per
+    concurrency level the candidate's and the known-good's tokens/s, the ratio with its interval,
+    TTFT and ITL percentiles; the verdict; when it was measured."""
+    sp = entry.get("speed") or {}
+    samples = {name: [] for name in SPEED_HELP}
+
+    def put(name, labels, value):
+        if value is not None:
+            text = ",".join('%s="%s"' % (k, _label(v)) for k, v in [("host", entry["host"])] + labels)
+            samples[name].append("%s{%s} %s" % (name, text, repr(float(value))))
+
+    known = {int(lv["concurrency"]): lv for lv in sp.get("known_good_levels") or []}
+    for lv in sp.get("levels") or []:
+        c = str(lv["concurrency"])
+        put("ddtree_fleet_speed_tokens_per_second", [("concurrency", c), ("service", "candidate")], lv.get("tokens_per_s"))
+        put("ddtree_fleet_speed_tokens_per_second", [("concurrency", c), ("service", "known_good")],
+            (known.get(int(lv["concurrency"])) or {}).get("tokens_per_s"))
+        for bound, key in (("estimate", "ratio"), ("low", "ratio_low"), ("high", "ratio_high")):
+            put("ddtree_fleet_speed_ratio", [("concurrency", c), ("bound", bound)], lv.get(key))
+        for metric in ("ttft", "itl"):
+            for q, quantile in (("50", "0.5"), ("99", "0.99")):
+                value = lv.get("%s_p%s_ms" % (metric, q))
+                put("ddtree_fleet_speed_%s_seconds" % metric, [("concurrency", c), ("quantile", quantile)],
+                    None if value is None else value / 1000.0)
+    for verdict in ("pass", "fail", "inconclusive", "measured"):
+        put("ddtree_fleet_speed_verdict", [("verdict", verdict)], 1 if sp.get("verdict") == verdict else 0)
+    put("ddtree_fleet_speed_gate_seconds", [], sp.get("seconds"))
+    put("ddtree_fleet_speed_last_gate_timestamp_seconds", [], int(timestamp))
+    lines = []
+    for name, rows in samples.items():
+        if rows:
+            lines += ["# HELP %s %s" % (name, SPEED_HELP[name]), "# TYPE %s gauge" % name] + rows
+    return "\n".join(lines) + "\n"
+
+
 def iso_seconds(text):
     """'2026-12-03T12:00:00Z' -> epoch seconds."""
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()

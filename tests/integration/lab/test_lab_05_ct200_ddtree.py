@@ -3,6 +3,7 @@ deploy is a no-op; then the lab is reseeded back to the known-good NEXTN."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import labkit
@@ -62,6 +63,30 @@ def test_ddtree_passes_the_gate_and_is_promoted(promoted):
                          detection=float(kg["meta"]["gate"].get("detection_seconds") or 0.0))
 
 
+def test_promotion_records_its_speed_gain(promoted):
+    """DDTREE against the NEXTN it replaced, under load at both levels: promoted with its gain, and
+    the measurement is in the known-good record, the deploy report and the host's textfile."""
+    speed = labkit.known_good(HOST)["meta"]["speed"]
+    assert speed["verdict"] == "pass", speed
+    assert [lv["concurrency"] for lv in speed["levels"]] == [1, 4]
+    for lv in speed["levels"]:
+        # docs/lab-physics.md, sm120: DDTREE 148.8 tok/s against NEXTN's 96 (1.55 at one stream)
+        assert 1.0 < lv["ratio_low"] <= lv["ratio"] <= lv["ratio_high"], lv
+        assert lv["tokens_per_s"] > lv["baseline_tokens_per_s"] > 0, lv
+        assert lv["ttft_p99_ms"] >= lv["ttft_p50_ms"] > 0 and lv["itl_p50_ms"] > 0, lv
+    assert [lv["concurrency"] for lv in speed["known_good_levels"]] == [1, 4]
+    report = json.loads((labkit.ARTIFACTS / "deploy" / "latest.json").read_text())
+    entry = next(e for e in report["hosts"] if e["host"] == HOST)
+    assert entry["outcome"] == "promoted" and entry["speed"]["levels"] == speed["levels"], entry
+    prom = (labkit.ARTIFACTS / "drift" / f"ddtree_fleet_speed_{HOST}.prom").read_text()
+    assert f'ddtree_fleet_speed_ratio{{host="{HOST}",concurrency="4",bound="low"}}' in prom, prom
+    assert f'ddtree_fleet_speed_verdict{{host="{HOST}",verdict="pass"}} 1.0' in prom, prom
+    c1 = speed["levels"][0]
+    print(f"\n[ct200] speed gate {speed['seconds']}s: c=1 {c1['tokens_per_s']} vs {c1['baseline_tokens_per_s']} tok/s, "
+          f"ratio {c1['ratio']} [{c1['ratio_low']}, {c1['ratio_high']}]")
+    labkit.record_timing("ct200 speed gate (DDTREE vs NEXTN)", gate=float(speed["seconds"]), ratio_c1=str(c1["ratio"]))
+
+
 def test_promoted_ddtree_serves_correctly(promoted):
     svc = labkit.service(HOST)
     assert svc["ActiveState"] == "active", svc
@@ -111,6 +136,36 @@ def test_second_deploy_changes_nothing(promoted):
     after = labkit.service(HOST)
     assert (after["ActiveEnterTimestamp"], after["MainPID"]) == (before["ActiveEnterTimestamp"], before["MainPID"])
     labkit.record_timing("ct200 DDTREE no-op redeploy", play_wall=float(run.seconds))
+
+
+def test_a_slower_candidate_fails_the_speed_gate(promoted):
+    """The issue's run: DFLASH without CUDA graphs replacing the promoted DDTREE is healthy, fluent
+    and lossless (it passes the probe) but 44% slower: the speed gate fails it with its ratio and
+    interval, and the host is back on DDTREE."""
+    kg = labkit.known_good(HOST)
+    before = labkit.evidence_dirs(HOST)
+    run = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST, "-e", json.dumps({
+        "sglang_speculative_algorithm": "DFLASH",
+        "sglang_cuda_graph_backend": {"decode": "disabled", "prefill": "disabled"}}))
+    print(f"\n[ct200] slow DFLASH candidate: rc {run.rc} in {run.seconds:.1f}s")
+    assert run.rc != 0, run.tail(60)
+    assert "not the speed gate (fail)" in run.out and "slower than the tolerance" in run.out, run.tail(60)
+    after = labkit.known_good(HOST)
+    assert after["link"] == kg["link"] and after["meta"]["algorithm"] == "DDTREE"
+    live = labkit.sha256(HOST, labkit.UNIT)
+    assert live[labkit.UNIT] == kg["unit_sha256"], "the host is not back on the known-good unit"
+    assert labkit.service(HOST)["ActiveState"] == "active"
+    report = json.loads((labkit.ARTIFACTS / "deploy" / "latest.json").read_text())
+    entry = next(e for e in report["hosts"] if e["host"] == HOST)
+    assert entry["outcome"] != "promoted" and entry["speed"]["verdict"] == "fail", entry
+    for lv in entry["speed"]["levels"]:
+        assert lv["verdict"] == "fail" and lv["ratio_high"] < 0.9 and lv["ratio_low"] <= lv["ratio"], lv
+    evidence = labkit.new_evidence_dir(HOST, before)
+    assert json.loads((evidence / "speed.json").read_text())["verdict"] == "fail"
+    c1 = entry["speed"]["levels"][0]
+    labkit.record_timing("ct200 slow candidate refused by the speed gate", play_wall=float(run.seconds),
+                         ratio_c1=str(c1["ratio"]))
+    labkit.clear_quarantine(HOST)
 
 
 def test_reseed_brings_ct200_back_to_nextn(promoted):

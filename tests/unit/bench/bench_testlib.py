@@ -45,7 +45,7 @@ def standin(tmp_path):
     """start(args, scale=..., ddtree_files=all) -> Server, healthy."""
     procs = []
 
-    def start(args=(), *, scale=2.0, ddtree_files=DFLASH_FILES, api_key=None):
+    def start(args=(), *, scale=2.0, ddtree_files=DFLASH_FILES, api_key=None, env_extra=None):
         root = tmp_path / f"host{len(procs)}"
         root.mkdir()
         smi, pkg = _fake_host(root, ddtree_files)
@@ -54,7 +54,10 @@ def standin(tmp_path):
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env.update({"PYTHONPATH": str(STANDIN_SRC), "DDTREE_LAB_NVIDIA_SMI": str(smi),
                     "DDTREE_LAB_SGLANG_DIR": str(pkg), "DDTREE_LAB_STARTUP_SECONDS": "0.1",
-                    "DDTREE_LAB_WARMUP_SECONDS": "0.1", "DDTREE_LAB_RATE_SCALE": str(scale)})
+                    "DDTREE_LAB_WARMUP_SECONDS": "0.1", "DDTREE_LAB_RATE_SCALE": str(scale),
+                    # exact pacing unless the test asks for the lab's noise (env_extra)
+                    "DDTREE_LAB_RATE_JITTER": "0", "DDTREE_LAB_COLD_REQUESTS": "0"})
+        env.update(env_extra or {})
         argv = [sys.executable, "-m", "sglang_lab_standin", "--model-path", "/models/lab-27b",
                 "--host", "127.0.0.1", "--port", str(port), *args]
         if api_key:

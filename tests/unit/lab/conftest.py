@@ -112,6 +112,9 @@ def launch(tmp_path, smi, sglang_tree):
             # /health waits 1 s before it looks (as the real one); tests that do not time
             # /health itself wait less.
             "DDTREE_LAB_HEALTH_WAIT_SECONDS": "0.05",
+            # Exact pacing unless a test asks for the noise (test_server.py's noise tests do).
+            "DDTREE_LAB_RATE_JITTER": "0",
+            "DDTREE_LAB_COLD_REQUESTS": "0",
             "PYTHONUNBUFFERED": "1",
         })
         full_env.pop("SGLANG_HEALTH_CHECK_TIMEOUT", None)

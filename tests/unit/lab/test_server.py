@@ -1,7 +1,9 @@
 """The stand-in end to end on 127.0.0.1: start-up, endpoints, auth, streaming, physics, faults."""
 
 import json
+import math
 import signal
+import statistics
 import threading
 import time
 
@@ -173,6 +175,42 @@ def test_stream_granularity_and_pacing(launch, algo, accept, rate):
         assert (counts[-2] - 1) / (len(counts) - 2) == pytest.approx(accept, abs=0.3)
     measured = (counts[-1] - counts[0]) / (times[-1] - times[0])
     assert measured == pytest.approx(rate * scale, rel=0.2), (measured, steps)
+
+
+def _stream_rate(s, text, max_new=30):
+    times, counts = _stream_steps(s, text, max_new)
+    return (counts[-1] - counts[0]) / (times[-1] - times[0])
+
+
+def test_noise_cold_requests_then_jitter(launch):
+    """The first DDTREE_LAB_COLD_REQUESTS client generations run at the cold factor; later ones
+    scatter around the physics' rate with the configured log-normal sigma (docs/lab-physics.md)."""
+    s = launch([], env={"DDTREE_LAB_RATE_SCALE": "2", "DDTREE_LAB_COLD_REQUESTS": "2",
+                        "DDTREE_LAB_COLD_FACTOR": "0.5", "DDTREE_LAB_RATE_JITTER": "0.2",
+                        "DDTREE_LAB_NOISE_SEED": "7"}).wait_ready()
+    rates = [_stream_rate(s, f"[{i}] {FREEFORM}") for i in range(10)]
+    cold, warm = rates[:2], rates[2:]
+    assert max(cold) < 0.75 * statistics.median(warm), rates
+    spread = statistics.pstdev([math.log(r) for r in warm])
+    assert 0.05 < spread < 0.45, (spread, rates)        # sigma 0.2, 8 draws
+    assert statistics.median(warm) == pytest.approx(92.0, rel=0.25), rates   # 46 x 2
+
+
+def test_noise_off_is_exact(launch):
+    """With jitter and cold requests off, every request runs at the same rate."""
+    s = launch([], env={"DDTREE_LAB_RATE_SCALE": "2"}).wait_ready()
+    rates = [_stream_rate(s, f"[{i}] {FREEFORM}") for i in range(4)]
+    assert max(rates) / min(rates) < 1.1, rates
+
+
+def test_noise_settings_are_checked():
+    from sglang_lab_standin.faults import load_config
+    with pytest.raises(ValueError, match="DDTREE_LAB_RATE_JITTER"):
+        load_config({"DDTREE_LAB_RATE_JITTER": "-0.1"})
+    with pytest.raises(ValueError, match="DDTREE_LAB_COLD_FACTOR"):
+        load_config({"DDTREE_LAB_COLD_FACTOR": "0"})
+    c = load_config({})
+    assert (c.rate_jitter, c.cold_requests, c.cold_factor) == (0.03, 3, 0.75)
 
 
 def test_openai_endpoints(nextn):

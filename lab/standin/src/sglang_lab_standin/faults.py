@@ -13,6 +13,12 @@ DDTREE_LAB_FAULT_ONLY       comma-separated --speculative-algorithm values (NONE
                             decoding) the fault applies to; empty: every server. Lets a test break
                             the candidate (e.g. DDTREE) while the known-good NEXTN keeps working.
 DDTREE_LAB_RATE_SCALE       float multiplier on every token rate (and prefill speed); default 1.0
+DDTREE_LAB_RATE_JITTER     per-request noise: each request's rate is multiplied by a log-normal
+                            factor with this sigma (default 0.03; 0 = none)
+DDTREE_LAB_COLD_REQUESTS   the first this many client requests after start run at
+                            DDTREE_LAB_COLD_FACTOR x the rate (kernel autotune, allocator and
+                            cache warm-up; defaults 3 and 0.75)
+DDTREE_LAB_NOISE_SEED      integer seed of the jitter (default: from the clock)
 DDTREE_LAB_STARTUP_SECONDS  port stays closed this long (default 0.8)
 DDTREE_LAB_WARMUP_SECONDS   warm-up after the port opens, health 503 meanwhile (default 0.4)
 DDTREE_LAB_DEBUG            "1": log a "[lab] physics:" summary line at start-up
@@ -94,6 +100,10 @@ class LabConfig:
     fault_only: tuple = ()
     health_wait_seconds: float = 1.0
     health_timeout_seconds: float = 20.0
+    rate_jitter: float = 0.0
+    cold_requests: int = 0
+    cold_factor: float = 1.0
+    noise_seed: Optional[int] = None
 
     def fault_for(self, algorithm: Optional[str]) -> Fault:
         """The fault this server has: the configured one unless DDTREE_LAB_FAULT_ONLY excludes it."""
@@ -107,6 +117,8 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> LabConfig:
     scale = _float(env, "DDTREE_LAB_RATE_SCALE", 1.0)
     if scale <= 0:
         raise ValueError("DDTREE_LAB_RATE_SCALE must be > 0")
+    if _float(env, "DDTREE_LAB_COLD_FACTOR", 0.75) <= 0:
+        raise ValueError("DDTREE_LAB_COLD_FACTOR must be > 0")
     return LabConfig(
         fault=parse_fault(env.get("DDTREE_LAB_FAULT")),
         rate_scale=scale,
@@ -116,4 +128,8 @@ def load_config(env: Optional[Mapping[str, str]] = None) -> LabConfig:
         fault_only=parse_scope(env.get("DDTREE_LAB_FAULT_ONLY")),
         health_wait_seconds=_float(env, "DDTREE_LAB_HEALTH_WAIT_SECONDS", 1.0),
         health_timeout_seconds=_float(env, "SGLANG_HEALTH_CHECK_TIMEOUT", 20.0),
+        rate_jitter=_float(env, "DDTREE_LAB_RATE_JITTER", 0.03),
+        cold_requests=int(_float(env, "DDTREE_LAB_COLD_REQUESTS", 3)),
+        cold_factor=_float(env, "DDTREE_LAB_COLD_FACTOR", 0.75),
+        noise_seed=int(env["DDTREE_LAB_NOISE_SEED"]) if env.get("DDTREE_LAB_NOISE_SEED") else None,
     )

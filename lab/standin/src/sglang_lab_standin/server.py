@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import random
 import signal
 import socket
 import socketserver
@@ -148,6 +149,8 @@ class LabEngine:
         self.last_gen_throughput = 0.0
         self.avg_accept_length: Optional[float] = None
         self.seen_prompts: set = set()
+        self.generations = 0        # generations started (the server's own warm-up included)
+        self.noise = random.Random(config.noise_seed)
         self.rate = self._rate()
         self.mode = self._mode()
 
@@ -217,6 +220,16 @@ class LabEngine:
 
     def stream_rate(self) -> float:
         return physics.per_stream_rate(self.rate, max(1, self.running))
+
+    def request_factor(self) -> float:
+        """This generation's rate factor: log-normal jitter (DDTREE_LAB_RATE_JITTER) times the cold
+        factor for the first DDTREE_LAB_COLD_REQUESTS generations after start (docs/lab-physics.md)."""
+        c = self.config
+        with self.cond:
+            n = self.generations
+            self.generations += 1
+            factor = self.noise.lognormvariate(0.0, c.rate_jitter) if c.rate_jitter else 1.0
+        return factor * (c.cold_factor if n < c.cold_requests else 1.0)
 
     def ttft(self, prompt_tokens: int) -> float:
         return (0.01 + prompt_tokens / physics.PREFILL_TOKENS_PER_S) / self.config.rate_scale
@@ -578,6 +591,7 @@ class Handler(BaseHTTPRequestHandler):
         """
         e = self.engine
         e.admit()
+        factor = e.request_factor()
         try:
             time.sleep(e.ttft(prompt_tokens))
             sizes = e.step_sizes(len(comp.tokens))
@@ -588,7 +602,7 @@ class Handler(BaseHTTPRequestHandler):
             for n, size in enumerate(sizes):
                 end = start + size
                 if n:
-                    due += e.step_tokens() / e.stream_rate()
+                    due += e.step_tokens() / (e.stream_rate() * factor)
                 delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
@@ -602,7 +616,7 @@ class Handler(BaseHTTPRequestHandler):
             if e.fault.kind == "hang_midstream":
                 e.stuck = True
                 threading.Event().wait()
-            e.record(prompt_tokens, len(comp.tokens), e.stream_rate())
+            e.record(prompt_tokens, len(comp.tokens), e.stream_rate() * factor)
             e.decode_log(prompt_tokens + len(comp.tokens))
         finally:
             e.release()

@@ -1,0 +1,1 @@
+../plugins/modules/sglang_speed_gate.py

@@ -16,7 +16,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 APT_PACKAGES := systemd-container debootstrap iproute2 openssh-client patch python3-venv
 
-.PHONY: help deps lab-deps venv lock lab-up lab-down lab-status demo test test-unit test-lab test-real lint clean
+.PHONY: help deps lab-deps venv lock host-lock lab-up lab-down lab-status demo test test-unit test-lab test-real lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -45,6 +45,25 @@ lock:  ## regenerate requirements.lock (pins + sha256 of every package) from req
 	/tmp/ddtree-fleet-lock/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras \
 	  --no-emit-index-url --no-emit-find-links -o requirements.lock requirements.txt
 	rm -rf /tmp/ddtree-fleet-lock
+
+# The host venv's hash lock (role sglang, sglang_requirements_lock): sglang==$(SGLANG_VERSION) and
+# every dependency pip resolves for it on $(HOST_PYTHON), each with the sha256 of its files on the
+# public index. Resolved with pip's configuration and the machine's local wheel sources ignored,
+# so the lock names what a GPU host downloads.
+SGLANG_VERSION := 0.5.23
+HOST_PYTHON ?= python3.11
+HOST_LOCK := roles/sglang/files/locks/sglang-$(SGLANG_VERSION).txt
+host-lock:  ## regenerate the host venv's hash lock, roles/sglang/files/locks/sglang-<version>.txt (PyPI access)
+	rm -rf /tmp/ddtree-fleet-host-lock && $(HOST_PYTHON) -m venv /tmp/ddtree-fleet-host-lock
+	env -u PIP_FIND_LINKS -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null \
+	  /tmp/ddtree-fleet-host-lock/bin/pip install -q $(PIP_TOOLS)
+	echo "sglang==$(SGLANG_VERSION)" > /tmp/ddtree-fleet-host-lock/sglang.in
+	env -u PIP_FIND_LINKS -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null \
+	  /tmp/ddtree-fleet-host-lock/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras \
+	  --no-emit-index-url --no-emit-find-links -o /tmp/ddtree-fleet-host-lock/lock.txt /tmp/ddtree-fleet-host-lock/sglang.in
+	sed 's%^\(#    \)pip-compile .*%\1make host-lock  (sglang==$(SGLANG_VERSION); pip-tools, see the Makefile)%' \
+	  /tmp/ddtree-fleet-host-lock/lock.txt > $(HOST_LOCK)
+	rm -rf /tmp/ddtree-fleet-host-lock
 
 deps: lab-deps venv
 

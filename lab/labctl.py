@@ -275,7 +275,21 @@ def mirror_inputs() -> str:
             h.update(str(path.relative_to(LAB_DIR)).encode() + b"\0" + path.read_bytes())
     h.update((LAB_DIR / "mirror" / "make_models.py").read_bytes())
     h.update(" ".join(CONTROLLER_REQUIREMENTS).encode())
+    h.update(b"requirements-lab.lock v1")    # what the mirror holds besides the inputs' outputs
     return h.hexdigest()[:16]
+
+
+def write_lab_lock(path: Path, wheels: list) -> None:
+    """The lab venv's hash lock (inventory/lab: sglang_requirements_lock): the mirror's sglang
+    wheel and stand-in, each pinned with the sha256 of the file the mirror serves. The lab
+    installs without dependencies (sglang_pip_no_deps), so the two make the whole set."""
+    lines = ["# The lab venv's hash lock, written by lab/labctl.py from the lab mirror's wheels.",
+             "# (The stand-in wheel is built at each mirror build, so its hash is not checked in.)"]
+    for whl in sorted(wheels, key=lambda w: w.name):
+        name, version = whl.name.split("-")[:2]
+        digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+        lines += [f"{re.sub(r'[-_.]+', '-', name).lower()}=={version} \\", f"    --hash=sha256:{digest}"]
+    path.write_text("\n".join(lines) + "\n")
 
 
 def build_mirror() -> Path:
@@ -317,6 +331,7 @@ def build_mirror() -> Path:
         links = "".join(f'<a href="{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a><br>'
                         for w in sorted(pdir.glob("*.whl")))
         (pdir / "index.html").write_text(f"<!DOCTYPE html><html><body>{links}</body></html>\n")
+    write_lab_lock(new / "requirements-lab.lock", [*sg, *standin])
     (simple / "index.html").write_text("<!DOCTYPE html><html><body>" + "".join(
         f'<a href="{p.name}/">{p.name}</a>' for p in sorted(simple.iterdir()) if p.is_dir()) + "</body></html>\n")
     shutil.rmtree(standin_dir)

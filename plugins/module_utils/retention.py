@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 KINDS = ("records", "venvs", "weights", "patches", "evidence")
@@ -41,6 +42,20 @@ def _meta(record):
     except (OSError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
+
+
+def patchset_of(venv):
+    """The patch set a venv was built with: its record's ``patchset`` (.ddtree-venv.json), else its
+    name, <source>-<patch set>[-lock-<lock id>] (role sglang's sglang_config_venv)."""
+    try:
+        with open(os.path.join(venv, ".ddtree-venv.json"), encoding="utf-8") as handle:
+            record = json.load(handle)
+        if isinstance(record, dict) and record.get("patchset"):
+            return str(record["patchset"])
+    except (OSError, ValueError):
+        pass
+    name = re.sub(r"-lock-[0-9a-f]+$", "", os.path.basename(venv))
+    return name.rsplit("-", 1)[-1]
 
 
 def _split(paths, protected, keep):
@@ -83,10 +98,10 @@ def plan(state_dir, venv_root, models_root, patch_root, declared, keep):
         wr += r
     out["weights"] = {"kept": wk, "removed": wr}
 
-    # A venv is <source>-<patch set>; its patch set lives under patch_root/<patch set>.
-    sets = {os.path.basename(v).rsplit("-", 1)[-1] for v in out["venvs"]["kept"]}
+    # A venv's patch set lives under patch_root/<patch set>.
+    sets = {patchset_of(v) for v in out["venvs"]["kept"]}
     if declared.get("venv"):
-        sets.add(os.path.basename(norm(declared["venv"])).rsplit("-", 1)[-1])
+        sets.add(patchset_of(norm(declared["venv"])))
     # The watchdog's own evidence on the host (<state dir>/evidence/watchdog-<time>): the newest stay.
     kept, removed = _split(_dirs(os.path.join(state_dir, "evidence")), set(), keep)
     out["evidence"] = {"kept": kept, "removed": removed}

@@ -22,6 +22,9 @@ CASES = {
                        [r'sglang_speculative_algorithm="?DDTREEE', r"expected .*one of .*DDTREE"]),
     "draft_dims": (["-e", DRAFT_8B, "-e", f"sglang_draft_manifest_sha256={DRAFT_8B_MANIFEST}"],
                    [r"20480", r"25600"]),
+    "hash_lock_missing": (["-e", "sglang_requirements_lock=/nonexistent/sglang.lock"],
+                          [r"sglang_requirements_lock=/nonexistent/sglang.lock is missing or empty on the controller",
+                           r"make host-lock"]),
 }
 
 

@@ -139,3 +139,21 @@ def test_the_newest_watchdog_evidence_stays(host):
     planned = host.plan({"fingerprint": "fp0", "venv": "", "weights": []}, keep=2)
     assert names(planned["evidence"]["kept"]) == ["watchdog-20261202T000000Z", "watchdog-20261203T000000Z"]
     assert names(planned["evidence"]["removed"]) == ["watchdog-20261200T000000Z", "watchdog-20261201T000000Z"]
+
+
+def test_a_locked_venv_keeps_its_patch_set(tmp_path):
+    """A venv built from a hash lock is <source>-<patch set>-lock-<lock id> (role sglang): its patch
+    set is read from its .ddtree-venv.json record, or from the name without the lock suffix."""
+    host = Host(tmp_path)
+    host._dir(host.patches / "setA")
+    host._dir(host.patches / "setB")
+    host._dir(host.patches / "setC")
+    recorded = host._dir(host.venvs / "0.5.23-setA-lock-0123456789")
+    (recorded / ".ddtree-venv.json").write_text(json.dumps({"patchset": "setA"}))
+    host._dir(host.venvs / "0.5.23-setB-lock-abcdef0123")            # no record: the name says
+    assert retention.patchset_of(str(recorded)) == "setA"
+    assert retention.patchset_of(str(host.venvs / "0.5.23-setB-lock-abcdef0123")) == "setB"
+    assert retention.patchset_of(str(host.venvs / "0.5.23-setC")) == "setC"
+    planned = host.plan({"venv": str(host.venvs / "0.5.23-setA-lock-0123456789")}, keep=5)
+    assert names(planned["patches"]["kept"]) == ["setA", "setB"]
+    assert names(planned["patches"]["removed"]) == ["setC"]

@@ -271,7 +271,11 @@ def mirror_inputs() -> str:
     """Identity of everything the mirror is built from (rebuild only when it changes)."""
     h = hashlib.sha256()
     for path in sorted((LAB_DIR / "standin").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".egg-info"):
+        # Sources only: building the wheel writes build/ and *.egg-info into the tree, and a stamp
+        # that counted them would rebuild the mirror (and change its lock) at the next lab up.
+        parts = path.relative_to(LAB_DIR / "standin").parts
+        if path.is_file() and "__pycache__" not in parts and parts[0] not in ("build", "dist") \
+                and not any(p.endswith(".egg-info") for p in parts):
             h.update(str(path.relative_to(LAB_DIR)).encode() + b"\0" + path.read_bytes())
     h.update((LAB_DIR / "mirror" / "make_models.py").read_bytes())
     h.update(" ".join(CONTROLLER_REQUIREMENTS).encode())
@@ -319,8 +323,11 @@ def build_mirror() -> Path:
     new = CACHE / f".mirror-{os.getpid()}"
     shutil.rmtree(new, ignore_errors=True)
     standin_dir = new / ".build"
+    # SOURCE_DATE_EPOCH: the same sources give the same wheel bytes, so the lab lock's hash (and
+    # the venv names that carry it) only change when the stand-in does.
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-         str(standin_dir), str(LAB_DIR / "standin")], stdout=subprocess.DEVNULL)
+         str(standin_dir), str(LAB_DIR / "standin")], stdout=subprocess.DEVNULL,
+        env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"})
     standin = list(standin_dir.glob("*.whl"))
     simple = new / "simple"
     for whl in [*sg, *standin, *controller.glob("*.whl")]:

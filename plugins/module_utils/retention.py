@@ -2,13 +2,16 @@
 # ddtree-fleet: what a host keeps of the past, and what it may collect.
 #
 # Used by plugins/modules/host_retention.py on the managed host (standard library only) and by the
-# unit tests. ``plan`` only reads and decides; ``collect`` removes what the plan lists.
+# unit tests. ``plan`` only reads and decides; ``carry_out`` removes what the plan lists.
 #
 # Kept, always: the known-good record, the declared configuration's record, and everything a kept
 # record names in its meta.json (venv, model_dir, draft_dir), the declared venv and weights, the
 # patch sets of kept venvs. Kept besides: the ``keep`` most recent others of each kind (records;
 # venvs; weight revisions per repository; the watchdog's evidence on the host). Directories still
 # being built (*.partial) are left alone.
+#
+# The controller side (``controller_plan``): old run reports and the evidence of failed changes
+# under the controller's artifacts directory, used by plugins/modules/artifact_retention.py.
 
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ import shutil
 KINDS = ("records", "venvs", "weights", "patches", "evidence")
 
 
-def _dirs(root):
-    """Sub-directories of ``root`` (not links), newest first by mtime; [] when it does not exist."""
+def _children(root, wanted):
+    """Entries of ``root`` (not links, not dot names) that ``wanted(name, path)`` accepts, newest
+    first by mtime; [] when ``root`` does not exist."""
     try:
         names = os.listdir(root)
     except FileNotFoundError:
@@ -29,10 +33,14 @@ def _dirs(root):
     out = []
     for name in names:
         path = os.path.join(root, name)
-        if name.endswith(".partial") or name.startswith(".") or os.path.islink(path) or not os.path.isdir(path):
-            continue
-        out.append((os.stat(path).st_mtime, path))
+        if not name.startswith(".") and not os.path.islink(path) and wanted(name, path):
+            out.append((os.stat(path).st_mtime, path))
     return [path for _, path in sorted(out, reverse=True)]
+
+
+def _dirs(root):
+    """Sub-directories of ``root``, newest first; directories still being built (*.partial) excluded."""
+    return _children(root, lambda name, path: not name.endswith(".partial") and os.path.isdir(path))
 
 
 def _meta(record):
@@ -112,6 +120,9 @@ def plan(state_dir, venv_root, models_root, patch_root, declared, keep):
 
 
 def size_bytes(path):
+    """Bytes of a file, or of every file under a directory."""
+    if os.path.isfile(path):
+        return os.lstat(path).st_size
     total = 0
     for root, _dirs_, files in os.walk(path):
         for name in files:
@@ -122,11 +133,62 @@ def size_bytes(path):
     return total
 
 
-def collect(planned):
-    """Remove what ``planned`` lists; returns the bytes freed."""
-    freed = 0
-    for kind in KINDS:
-        for path in planned[kind]["removed"]:
-            freed += size_bytes(path)
-            shutil.rmtree(path)
-    return freed
+def carry_out(planned, kinds, check_mode=False, diff=False):
+    """A module's result for ``planned``: removes what it lists (nothing in check mode) and says what
+    went (or would), what stays and the bytes freed; with ``diff``, the removed paths one per line."""
+    removed = {kind: planned[kind]["removed"] for kind in kinds}
+    freed = sum(size_bytes(path) for kind in kinds for path in removed[kind])
+    if not check_mode:
+        for kind in kinds:
+            for path in removed[kind]:
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+    changed = any(removed.values())
+    result = dict(changed=changed, removed=removed, kept={kind: planned[kind]["kept"] for kind in kinds},
+                  freed_bytes=freed)
+    if diff and changed:
+        result["diff"] = {"before": "".join("%s\n" % path for kind in kinds for path in removed[kind]),
+                          "after": "", "before_header": "removed", "after_header": "removed"}
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller's artifacts (plugins/modules/artifact_retention.py, role retention "controller")
+# ---------------------------------------------------------------------------------------------
+
+CONTROLLER_KINDS = ("reports", "evidence")
+REPORT_KINDS = ("deploy", "drift")
+
+
+def _files(root, suffix):
+    """Regular files of ``root`` ending in ``suffix``, newest first."""
+    return _children(root, lambda name, path: name.endswith(suffix) and os.path.isfile(path))
+
+
+def controller_plan(artifacts_dir, hosts, protected, keep_runs, keep_evidence):
+    """{"reports": {kept, removed}, "evidence": {kept, removed}} under the controller's artifacts.
+
+    Reports: <artifacts>/<deploy|drift>/<run>[.slice-K-of-N].json, the ``keep_runs`` newest of
+    each kind; latest*.json always stay (they are the newest by definition, and tools read them).
+    Evidence: <artifacts>/<host>/<time>/ of the ``hosts`` this run targeted, the ``keep_evidence``
+    newest per host, plus every directory in ``protected`` (the evidence a quarantine or this
+    run's report names). Other hosts' evidence is left alone: this run does not know their state."""
+    if int(keep_runs) < 0 or int(keep_evidence) < 0:
+        raise ValueError("keep_runs and keep_evidence must be >= 0")
+    keep_safe = {os.path.normpath(str(p)) for p in protected or [] if p}
+    reports = {"kept": [], "removed": []}
+    for kind in REPORT_KINDS:
+        files = [f for f in _files(os.path.join(artifacts_dir, kind), ".json")
+                 if not os.path.basename(f).startswith("latest")]
+        reports["kept"] += files[:int(keep_runs)]
+        reports["removed"] += files[int(keep_runs):]
+    evidence = {"kept": [], "removed": []}
+    for host in sorted(set(hosts or [])):
+        if not host or "/" in host or host in (".", "..") or host in REPORT_KINDS:
+            continue
+        kept, removed = _split(_dirs(os.path.join(artifacts_dir, host)), keep_safe, int(keep_evidence))
+        evidence["kept"] += kept
+        evidence["removed"] += removed
+    return {"reports": reports, "evidence": evidence}

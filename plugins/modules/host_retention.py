@@ -98,7 +98,7 @@ freed_bytes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ddtree.fleet.plugins.module_utils.retention import KINDS, collect, plan, size_bytes
+from ansible_collections.ddtree.fleet.plugins.module_utils.retention import KINDS, carry_out, plan
 
 
 def main():
@@ -122,19 +122,9 @@ def main():
         module.fail_json(msg="keep=%d: expected 0 or more" % p["keep"])
     try:
         planned = plan(p["state_dir"], p["venv_root"], p["models_root"], p["patch_root"], p["declared"], p["keep"])
-        removed = {kind: planned[kind]["removed"] for kind in KINDS}
-        changed = any(removed.values())
-        if module.check_mode:
-            freed = sum(size_bytes(path) for kind in KINDS for path in removed[kind])
-        else:
-            freed = collect(planned)
+        result = carry_out(planned, KINDS, module.check_mode, module._diff)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="cannot collect old versions on the host: %s" % exc)
-    result = dict(changed=changed, removed=removed, kept={kind: planned[kind]["kept"] for kind in KINDS},
-                  freed_bytes=freed)
-    if module._diff and changed:
-        result["diff"] = {"before": "".join("%s\n" % path for kind in KINDS for path in removed[kind]),
-                          "after": "", "before_header": "removed", "after_header": "removed"}
     module.exit_json(**result)
 
 

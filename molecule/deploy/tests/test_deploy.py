@@ -59,7 +59,11 @@ def _patch_entries():
 
 PATCHES = _patch_entries()
 PATCHSET = _load("patch/series").patchset_fingerprint(PATCHES)
-VENV = f"/opt/sglang/venvs/0.5.23-{PATCHSET}"
+# The lab's hash lock (inventory/lab: written by lab/labctl.py with the mirror); the venv's name
+# carries the sha256 of its text as Ansible's file lookup reads it (trailing whitespace stripped).
+LOCK = os.path.join(os.environ.get("DDTREE_LAB_CACHE", "/var/cache/ddtree-lab"), "mirror", "requirements-lab.lock")
+LOCK_ID = hashlib.sha256(open(LOCK, encoding="utf-8").read().rstrip().encode()).hexdigest()[:10]
+VENV = f"/opt/sglang/venvs/0.5.23-{PATCHSET}-lock-{LOCK_ID}"
 SITE = f"{VENV}/lib/python3.11/site-packages"
 
 
@@ -96,6 +100,8 @@ def test_versioned_venv(host):
     record = json.loads(host.file(f"{VENV}/.ddtree-venv.json").content_string)
     assert record["patchset"] == PATCHSET
     assert record["version"] == "0.5.23"
+    assert record["requirements_lock"] == {"path": LOCK, "id": LOCK_ID}
+    assert host.file(f"{VENV}/ddtree-requirements.lock").content_string == open(LOCK, encoding="utf-8").read()
     # Only one venv: the deploy built exactly the declared version + patch set.
     assert host.check_output("ls /opt/sglang/venvs").split() == [os.path.basename(VENV)]
 

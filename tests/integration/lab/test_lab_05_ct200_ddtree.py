@@ -4,6 +4,7 @@ deploy is a no-op; then the lab is reseeded back to the known-good NEXTN."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import labkit
@@ -31,14 +32,35 @@ def plant_old_versions():
     labkit.ssh(HOST, "\n".join(lines))
 
 
+# Old controller artifacts (role retention, entry point controller, keeps 200 reports of each kind
+# and 20 evidence directories per host): planted a year back, so they are the oldest there are.
+OLD_REPORTS = [f"20251201T{i // 60:02d}{i % 60:02d}00Z-{i}.json" for i in range(205)]
+OLD_EVIDENCE = [f"20251201T00{i:02d}00Z" for i in range(25)]
+
+
+def plant_old_artifacts():
+    for name in OLD_REPORTS:
+        path = labkit.ARTIFACTS / "deploy" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}\n")
+        os.utime(path, (1_733_000_000, 1_733_000_000))
+    for name in OLD_EVIDENCE:
+        path = labkit.ARTIFACTS / HOST / name
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "summary.json").write_text("{}\n")
+        os.utime(path, (1_733_000_000, 1_733_000_000))
+
+
 @pytest.fixture(scope="module")
 def promoted(lab):
     pre = {"kg": labkit.known_good(HOST), "service": labkit.service(HOST)}
     assert pre["kg"]["meta"]["algorithm"] == "NEXTN", pre["kg"]
     plant_old_versions()
+    plant_old_artifacts()
     run = labkit.run_playbook("deploy_ddtree.yml", "-l", HOST)
     print(f"\n[ct200] deploy_ddtree.yml -l {HOST}: rc {run.rc} in {run.seconds:.1f}s")
-    return {"pre": pre, "run": run}
+    latest = json.loads((labkit.ARTIFACTS / "deploy" / "latest.json").read_text())
+    return {"pre": pre, "run": run, "report": latest["run"] + ".json"}
 
 
 def test_ddtree_passes_the_gate_and_is_promoted(promoted):
@@ -124,6 +146,20 @@ def test_old_versions_are_collected_but_never_what_a_record_needs(promoted):
     assert gone == sorted(OLD["records"][:2] + OLD["venvs"][:2] + OLD["patches"][:2] + OLD["weights"][:2]), exists
     assert "collected 8 old version(s)" in promoted["run"].out, promoted["run"].tail()
     labkit.ssh(HOST, "rm -rf " + " ".join(p for paths in OLD.values() for p in paths))
+
+
+def test_old_controller_artifacts_are_collected(promoted):
+    """The run's report and the newest stay; the oldest reports beyond 200 and this host's evidence
+    beyond 20 go; latest.json stays."""
+    reports = sorted(p.name for p in (labkit.ARTIFACTS / "deploy").glob("*.json") if not p.name.startswith("latest"))
+    assert len(reports) == 200, len(reports)
+    assert (labkit.ARTIFACTS / "deploy" / "latest.json").exists()
+    assert promoted["report"] in reports
+    planted_left = [n for n in OLD_REPORTS if (labkit.ARTIFACTS / "deploy" / n).exists()]
+    assert len(planted_left) < len(OLD_REPORTS) and OLD_REPORTS[0] not in planted_left
+    evidence = [p.name for p in (labkit.ARTIFACTS / HOST).iterdir() if p.is_dir()]
+    assert len(evidence) == 20, evidence
+    assert "collected" in promoted["run"].out and "old report(s)" in promoted["run"].out, promoted["run"].tail()
 
 
 def test_second_deploy_changes_nothing(promoted):

@@ -4,9 +4,11 @@ the service started by hand runs the real drift.yml against ct200 itself (local 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +39,11 @@ def control_node(lab):
     labkit.ssh("ct200", f"python3 -m venv {PROJECT}/.venv && {PROJECT}/.venv/bin/pip install -q --no-input "
                         "--index-url http://10.213.0.1:8873/simple/ --trusted-host 10.213.0.1 ansible-core==2.19.14",
                timeout=600)
+    # The lab's controller-side hash lock (inventory/lab: sglang_requirements_lock), where a lab
+    # controller has it: a control node of the lab installs the same venvs.
+    lock = Path(os.environ.get("DDTREE_LAB_CACHE", "/var/cache/ddtree-lab")) / "mirror" / "requirements-lab.lock"
+    subprocess.run(labkit.ssh_argv("ct200", f"mkdir -p {lock.parent} && cat > {lock}"), input=lock.read_bytes(),
+                   check=True, capture_output=True, timeout=60)
     lab_vars = (labkit.REPO / "inventory" / "lab" / "group_vars" / "all.yml").read_text()
     labkit.ssh("ct200", f"mkdir -p {PROJECT}/inventory/selfhost/group_vars && "
                         f"printf %s {shlex.quote(SELF_INVENTORY)} > {PROJECT}/inventory/selfhost/hosts.yml && "
@@ -46,7 +53,7 @@ def control_node(lab):
     assert run.rc == 0, run
     yield run
     labkit.ssh("ct200", "systemctl disable --now ddtree-drift.timer; rm -f /etc/systemd/system/ddtree-drift.*; "
-                        f"systemctl daemon-reload; rm -rf {PROJECT}", check=False)
+                        f"systemctl daemon-reload; rm -rf {PROJECT}; rm -f {lock}", check=False)
 
 
 def test_units_verify_and_the_timer_is_scheduled(control_node):

@@ -1,0 +1,1 @@
+../plugins/modules/artifact_retention.py

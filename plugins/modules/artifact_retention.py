@@ -1,0 +1,107 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# ddtree-fleet: collect old run reports and old evidence under the controller's artifacts directory.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: artifact_retention
+short_description: Remove old run reports and old evidence of failed changes from the controller's artifacts
+description:
+  - Every run writes a report (C(<artifacts_dir>/deploy/<run>.json), C(<artifacts_dir>/drift/<run>.json)) and
+    every failed change an evidence directory (C(<artifacts_dir>/<host>/<time>/)); nothing else ever removes them.
+  - Keeps the O(keep_runs) newest reports of each kind (C(latest*.json) always stay), and per host in O(hosts) the
+    O(keep_evidence) newest evidence directories plus every directory in O(protected). Evidence of hosts not in
+    O(hosts) is left alone. The rest is removed.
+  - Runs on the controller (role retention, entry point C(controller), delegated to localhost).
+options:
+  artifacts_dir:
+    description: The controller's artifacts directory (C(ddtree_artifacts_dir)).
+    type: path
+    required: true
+  hosts:
+    description: The hosts whose evidence may be collected (the run's targets).
+    type: list
+    elements: str
+    default: []
+  protected:
+    description: Evidence directories that stay whatever their age (those a quarantine or the run's report names).
+    type: list
+    elements: path
+    default: []
+  keep_runs:
+    description: Reports of each kind (deploy, drift) to keep.
+    type: int
+    default: 200
+  keep_evidence:
+    description: Evidence directories to keep per host, besides the protected ones.
+    type: int
+    default: 20
+attributes:
+  check_mode:
+    support: full
+    description: Lists what it would remove and reports a change, removing nothing.
+  diff_mode:
+    support: full
+    description: The files and directories removed (or that would be), one per line.
+author:
+  - ddtree-fleet maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Collect old reports and evidence
+  ddtree.fleet.artifact_retention:
+    artifacts_dir: /srv/ddtree-fleet/artifacts
+    hosts: [ct129, ct200]
+    protected: [/srv/ddtree-fleet/artifacts/ct129/20261207T122530Z]
+    keep_runs: 200
+    keep_evidence: 20
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+removed:
+  description: What was removed (or would be, in check mode), per kind (C(reports), C(evidence)).
+  returned: always
+  type: dict
+  sample: {reports: [/srv/ddtree-fleet/artifacts/deploy/20260101T000000Z-1234.json], evidence: []}
+kept:
+  description: What stays, per kind.
+  returned: always
+  type: dict
+freed_bytes:
+  description: Bytes of the removed files (in check mode, what would be freed).
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ddtree.fleet.plugins.module_utils.retention import CONTROLLER_KINDS, carry_out, controller_plan
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            artifacts_dir=dict(type="path", required=True),
+            hosts=dict(type="list", elements="str", default=[]),
+            protected=dict(type="list", elements="path", default=[]),
+            keep_runs=dict(type="int", default=200),
+            keep_evidence=dict(type="int", default=20),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    for name in ("keep_runs", "keep_evidence"):
+        if p[name] < 0:
+            module.fail_json(msg="%s=%d: expected 0 or more" % (name, p[name]))
+    try:
+        planned = controller_plan(p["artifacts_dir"], p["hosts"], p["protected"], p["keep_runs"], p["keep_evidence"])
+        result = carry_out(planned, CONTROLLER_KINDS, module.check_mode, module._diff)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="cannot collect old artifacts under %s: %s" % (p["artifacts_dir"], exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

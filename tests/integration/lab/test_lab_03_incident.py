@@ -108,7 +108,8 @@ def test_configuration_is_quarantined_and_its_venv_kept(incident, evidence):
     assert record["evidence"] == str(evidence), record
 
     venv = _json(evidence / "flags.json")["venv"]
-    assert re.fullmatch(r"/opt/sglang/venvs/0\.5\.23-[0-9a-f]{12}", venv), venv
+    # <version>-<patch set>-lock-<hash of the lab's lock> (role sglang, sglang_requirements_lock)
+    assert re.fullmatch(r"/opt/sglang/venvs/0\.5\.23-[0-9a-f]{12}-lock-[0-9a-f]{10}", venv), venv
     stamp = labkit.read_json(HOST, f"{venv}/.ddtree-venv.json")
     defaults = yaml.safe_load((labkit.REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())
     assert [p["name"] for p in stamp["patches"]] == defaults["sglang_patches"], stamp

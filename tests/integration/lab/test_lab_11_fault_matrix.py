@@ -241,7 +241,7 @@ def test_full_disk_fails_before_the_service_changes(ready):
     finally:
         labkit.ssh(HOST, f"umount {DRAFT_ROOT}")
     assert early.rc == 2, str(early)
-    assert re.search(rf"not enough disk for the change: {DRAFT_ROOT} has 0\.0 GiB free, needs 9\.0 GiB: "
+    assert re.search(rf"not enough disk for the change: {DRAFT_ROOT} has 0\.0 GiB free, needs 5\.0 GiB: "
                      r"draft weights 4\.0 GiB \(sglang_draft_model\.weights_gib\)", flat(early)), early.tail()
     assert run.rc == 2, str(run)
     text = flat(run)

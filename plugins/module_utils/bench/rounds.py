@@ -18,12 +18,11 @@ import time
 
 from ansible_collections.ddtree.fleet.plugins.module_utils import speed
 from ansible_collections.ddtree.fleet.plugins.module_utils.bench.runner import (
-    ConnectionPool, expand_workload, level_metrics, parse_base_url, percentile, request_metrics, run_batch,
-    workload_hash)
+    MAX_ERROR_MESSAGES, ConnectionPool, expand_workload, level_metrics, parse_base_url, percentile, request_metrics,
+    run_batch, workload_hash)
 
 # What must match between the known-good's measurement and the candidate's for a comparison.
 SAME_WORKLOAD_KEYS = ("workload_hash", "max_new_tokens", "requests_per_worker", "warmup")
-MAX_ERROR_MESSAGES = 5
 
 
 def requests_per_round(concurrency: int, per_worker: int) -> int:

@@ -1,0 +1,1 @@
+../plugins/modules/controller_files.py

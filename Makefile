@@ -16,7 +16,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 APT_PACKAGES := systemd-container debootstrap iproute2 openssh-client patch python3-venv
 
-.PHONY: help deps lab-deps venv lock host-lock lab-up lab-down lab-status demo test test-unit test-lab test-real lint clean
+.PHONY: help deps lab-deps venv lock host-lock lab-up lab-down lab-status demo test test-unit test-lab test-real gpu-check lint clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -92,6 +92,9 @@ test-real: lab-deps  ## only the real-stack tier: the patched DDTREE worker unde
 
 test-lab: lab-deps  ## only the lab tests: boot the lab slots, lab integration + molecule, lab down
 	bash tests/run_all.sh lab
+
+gpu-check: venv  ## on a GPU host: DDTREE vs its target alone, greedy parity token by token and tokens/s (PYTHON= MODEL= DRAFT= [BUDGET=] [ARGS=])
+	$(BIN)/python bin/ddtree-gpu-check --python "$(PYTHON)" --model-path "$(MODEL)" --draft-model-path "$(DRAFT)" --budget "$(or $(BUDGET),0)" $(ARGS)
 
 lint: venv  ## yamllint + ansible-lint (production profile) + ansible-doc and ansible-test validate-modules for every module
 	$(BIN)/yamllint -s .

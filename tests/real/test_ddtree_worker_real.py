@@ -303,3 +303,29 @@ def test_the_pinned_target_is_a_hybrid_that_the_patched_worker_refuses(mirror):
     assert "a hybrid (mamba) target model" in str(refused.value)
     assert "HybridLinearAttnBackend" in str(refused.value)
     worker.DDTreeWorkerV2._check_ddtree_support(support_check_self("TritonAttnBackend", False))
+
+
+# ------------------------------------------------------------------------ ddtree-gpu-check's argv
+
+
+def test_gpu_checks_command_lines_parse_under_the_real_parser(mirror):
+    """bin/ddtree-gpu-check starts the target alone and then DDTREE (rendered by the fleet's own
+    plugins/module_utils/flags.py), both with --enable-deterministic-inference: the real patched
+    parser takes both command lines for the pinned target (what a GPU host would then do with
+    them is not run here)."""
+    from argparse import Namespace
+
+    from ansible_collections.ddtree.fleet.plugins.plugin_utils.cli import gpucheck
+
+    cpu_only = ["--page-size", "1", "--device", "cuda", "--mamba-radix-cache-strategy", "no_buffer",
+                "--disable-overlap-schedule"]
+    args = Namespace(python="python", module="sglang.launch_server", model_path=str(mirror[TARGET]),
+                     draft_model_path=str(mirror[DRAFT]), budget=32, tp_size=1, port=31000,
+                     server_arg=cpu_only, deterministic=True)
+    argvs = gpucheck.server_argvs(args)
+    target = prepare_server_args(argvs["target"][3:])
+    assert target.speculative_algorithm is None and target.enable_deterministic_inference
+    ddtree = prepare_server_args(argvs["ddtree"][3:])
+    assert ddtree.speculative_algorithm == "DDTREE" and ddtree.enable_deterministic_inference
+    assert ddtree.speculative_ddtree_budget == 32
+    assert ddtree.speculative_draft_model_path == str(mirror[DRAFT])

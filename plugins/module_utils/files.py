@@ -168,3 +168,17 @@ def result(the_plan, changed_names=None):
         diffs.insert(0, {"before_header": the_plan["dir"], "after_header": the_plan["dir"],
                          "before": "state: absent\n", "after": "state: directory\n"})
     return out, diffs
+
+
+def write(params, check_mode=False, diff=False):
+    """The whole task (module and action plugin alike): plan, apply unless ``check_mode``, result
+    with ``changed`` and, with ``diff``, the diffs. Raises FilesError or OSError."""
+    the_plan = plan(params["dir"], params["files"], params["dir_mode"], params["mode"])
+    if not check_mode:
+        apply(the_plan)
+    out, diffs = result(the_plan)
+    out["changed"] = the_plan["dir_created"] or bool(out["written"])
+    if diff and diffs:
+        out["diff"] = diffs
+    return out
+

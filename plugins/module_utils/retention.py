@@ -161,6 +161,29 @@ def carry_out(planned, kinds, check_mode=False, diff=False):
 CONTROLLER_KINDS = ("reports", "evidence")
 REPORT_KINDS = ("deploy", "drift")
 
+# artifact_retention's options (its module and its in-process action plugin read them here).
+CONTROLLER_ARGUMENT_SPEC = {
+    "artifacts_dir": {"type": "path", "required": True},
+    "hosts": {"type": "list", "elements": "str", "default": []},
+    "protected": {"type": "list", "elements": "path", "default": []},
+    "keep_runs": {"type": "int", "default": 200},
+    "keep_evidence": {"type": "int", "default": 20},
+}
+
+
+def collect_controller(params, check_mode=False, diff=False):
+    """artifact_retention's whole task: the result of collecting under ``params['artifacts_dir']``.
+    Raises ValueError (a bad count) or OSError."""
+    for name in ("keep_runs", "keep_evidence"):
+        if params[name] < 0:
+            raise ValueError("%s=%d: expected 0 or more" % (name, params[name]))
+    try:
+        planned = controller_plan(params["artifacts_dir"], params["hosts"], params["protected"],
+                                  params["keep_runs"], params["keep_evidence"])
+        return carry_out(planned, CONTROLLER_KINDS, check_mode, diff)
+    except (OSError, ValueError) as exc:
+        raise OSError("cannot collect old artifacts under %s: %s" % (params["artifacts_dir"], exc)) from None
+
 
 def _files(root, suffix):
     """Regular files of ``root`` ending in ``suffix``, newest first."""

@@ -14,7 +14,8 @@ description:
   - Keeps the O(keep_runs) newest reports of each kind (C(latest*.json) always stay), and per host in O(hosts) the
     O(keep_evidence) newest evidence directories plus every directory in O(protected). Evidence of hosts not in
     O(hosts) is left alone. The rest is removed.
-  - Runs on the controller (role retention, entry point C(controller), delegated to localhost).
+  - Runs on the controller (role retention, entry point C(controller)); its action plugin does the work in the
+    controller's worker process, whatever the task's host.
 options:
   artifacts_dir:
     description: The controller's artifacts directory (C(ddtree_artifacts_dir)).
@@ -77,29 +78,15 @@ freed_bytes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ddtree.fleet.plugins.module_utils.retention import CONTROLLER_KINDS, carry_out, controller_plan
+from ansible_collections.ddtree.fleet.plugins.module_utils.retention import CONTROLLER_ARGUMENT_SPEC, collect_controller
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            artifacts_dir=dict(type="path", required=True),
-            hosts=dict(type="list", elements="str", default=[]),
-            protected=dict(type="list", elements="path", default=[]),
-            keep_runs=dict(type="int", default=200),
-            keep_evidence=dict(type="int", default=20),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    for name in ("keep_runs", "keep_evidence"):
-        if p[name] < 0:
-            module.fail_json(msg="%s=%d: expected 0 or more" % (name, p[name]))
+    module = AnsibleModule(argument_spec=CONTROLLER_ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        planned = controller_plan(p["artifacts_dir"], p["hosts"], p["protected"], p["keep_runs"], p["keep_evidence"])
-        result = carry_out(planned, CONTROLLER_KINDS, module.check_mode, module._diff)
+        result = collect_controller(module.params, module.check_mode, module._diff)
     except (OSError, ValueError) as exc:
-        module.fail_json(msg="cannot collect old artifacts under %s: %s" % (p["artifacts_dir"], exc))
+        module.fail_json(msg=str(exc))
     module.exit_json(**result)
 
 

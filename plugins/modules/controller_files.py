@@ -85,21 +85,16 @@ written:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ddtree.fleet.plugins.module_utils.files import ARGUMENT_SPEC, FilesError, apply, plan, result
+from ansible_collections.ddtree.fleet.plugins.module_utils.files import ARGUMENT_SPEC, FilesError, write
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    p = module.params
     try:
-        the_plan = plan(p["dir"], p["files"], p["dir_mode"], p["mode"])
-        if not module.check_mode:
-            apply(the_plan)
+        result = write(module.params, module.check_mode, module._diff)
     except (FilesError, OSError) as exc:
         module.fail_json(msg="controller_files: %s" % exc)
-    out, diffs = result(the_plan)
-    changed = the_plan["dir_created"] or bool(out["written"])
-    module.exit_json(changed=changed, diff=diffs if module._diff else [], **out)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

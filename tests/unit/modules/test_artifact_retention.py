@@ -84,3 +84,35 @@ def test_only_the_targeted_hosts_evidence_is_touched(run_module, artifacts):
 def test_bad_keep_is_refused(run_module, artifacts):
     res = run_module("artifact_retention", {"artifacts_dir": str(artifacts), "keep_runs": -1})
     assert res.failed and "keep_runs=-1: expected 0 or more" in res.result["msg"]
+
+
+def test_the_action_plugin_collects_in_process_and_check_mode_removes_nothing(artifacts, tmp_path):
+    """The role's task runs the action plugin (plugins/action/artifact_retention.py): no module run."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    (tmp_path / "play.yml").write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ddtree.fleet.artifact_retention: {artifacts_dir: '{{ dir }}', hosts: [ct129], keep_runs: 1, keep_evidence: 1}\n"
+        "      register: r\n"
+        "    - ddtree.fleet.controller_files: {dir: '{{ out }}', files: [{name: r.json, content: '{{ r | to_json }}'}]}\n"
+        "      check_mode: false\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_HOME": str(tmp_path / ".ansible"),
+           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1"}
+
+    def play(*args):
+        run = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,",
+                              "-c", "local", "-e", json.dumps({"dir": str(artifacts), "out": str(tmp_path / "out")}), *args, str(tmp_path / "play.yml")],
+                             cwd=repo, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+        return json.loads((tmp_path / "out" / "r.json").read_text())
+
+    before = sorted(os.listdir(artifacts / "ct129"))
+    checked = play("--check")
+    assert checked["changed"] and sorted(os.listdir(artifacts / "ct129")) == before
+    done = play()
+    assert done["changed"] and len(os.listdir(artifacts / "ct129")) == 1 and len(os.listdir(artifacts / "ct200")) == 4
+    assert not play()["changed"]

@@ -149,7 +149,7 @@ def _text(data):
     return data.decode("utf-8", "replace") if data is not None else ""
 
 
-def result(the_plan, changed_names=None):
+def result(the_plan):
     """The task result (without 'changed' policy): per-file summary and diffs for --diff."""
     files, diffs = [], []
     for e in the_plan["files"]:
@@ -163,7 +163,7 @@ def result(the_plan, changed_names=None):
                           "after": "(%d bytes, larger than the diff limit)\n" % len(e["data"]) if big
                           else _text(e["data"])})
     out = {"dir": the_plan["dir"], "dir_created": the_plan["dir_created"], "files": files,
-           "written": [f["name"] for f in files if f["changed"]] if changed_names is None else changed_names}
+           "written": [f["name"] for f in files if f["changed"]]}
     if the_plan["dir_created"]:
         diffs.insert(0, {"before_header": the_plan["dir"], "after_header": the_plan["dir"],
                          "before": "state: absent\n", "after": "state: directory\n"})

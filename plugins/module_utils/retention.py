@@ -174,14 +174,11 @@ CONTROLLER_ARGUMENT_SPEC = {
 def collect_controller(params, check_mode=False, diff=False):
     """artifact_retention's whole task: the result of collecting under ``params['artifacts_dir']``.
     Raises ValueError (a bad count) or OSError."""
-    for name in ("keep_runs", "keep_evidence"):
-        if params[name] < 0:
-            raise ValueError("%s=%d: expected 0 or more" % (name, params[name]))
     try:
         planned = controller_plan(params["artifacts_dir"], params["hosts"], params["protected"],
                                   params["keep_runs"], params["keep_evidence"])
         return carry_out(planned, CONTROLLER_KINDS, check_mode, diff)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise OSError("cannot collect old artifacts under %s: %s" % (params["artifacts_dir"], exc)) from None
 
 
@@ -198,8 +195,9 @@ def controller_plan(artifacts_dir, hosts, protected, keep_runs, keep_evidence):
     Evidence: <artifacts>/<host>/<time>/ of the ``hosts`` this run targeted, the ``keep_evidence``
     newest per host, plus every directory in ``protected`` (the evidence a quarantine or this
     run's report names). Other hosts' evidence is left alone: this run does not know their state."""
-    if int(keep_runs) < 0 or int(keep_evidence) < 0:
-        raise ValueError("keep_runs and keep_evidence must be >= 0")
+    for name, value in (("keep_runs", keep_runs), ("keep_evidence", keep_evidence)):
+        if int(value) < 0:
+            raise ValueError("%s=%d: expected 0 or more" % (name, int(value)))
     keep_safe = {os.path.normpath(str(p)) for p in protected or [] if p}
     reports = {"kept": [], "removed": []}
     for kind in REPORT_KINDS:

@@ -77,17 +77,12 @@ freed_bytes:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ddtree.fleet.plugins.module_utils.controller_task import module_main
 from ansible_collections.ddtree.fleet.plugins.module_utils.retention import CONTROLLER_ARGUMENT_SPEC, collect_controller
 
 
 def main():
-    module = AnsibleModule(argument_spec=CONTROLLER_ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        result = collect_controller(module.params, module.check_mode, module._diff)
-    except (OSError, ValueError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+    module_main(CONTROLLER_ARGUMENT_SPEC, collect_controller)
 
 
 if __name__ == "__main__":

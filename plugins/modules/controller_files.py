@@ -84,17 +84,12 @@ written:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ddtree.fleet.plugins.module_utils.files import ARGUMENT_SPEC, FilesError, write
+from ansible_collections.ddtree.fleet.plugins.module_utils.controller_task import module_main
+from ansible_collections.ddtree.fleet.plugins.module_utils.files import ARGUMENT_SPEC, write
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        result = write(module.params, module.check_mode, module._diff)
-    except (FilesError, OSError) as exc:
-        module.fail_json(msg="controller_files: %s" % exc)
-    module.exit_json(**result)
+    module_main(ARGUMENT_SPEC, write, "controller_files: ")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ class ControllerAction(ActionBase):
     _requires_connection = False
 
     ARGUMENT_SPEC: dict = {}
-    MUTUALLY_EXCLUSIVE: list = []
-    REQUIRED_IF: list = []
     FAIL_PREFIX = ""
 
     def work(self, args: dict, check_mode: bool, diff: bool) -> dict:  # pragma: no cover - abstract
@@ -32,9 +30,7 @@ class ControllerAction(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC,
-                                              mutually_exclusive=self.MUTUALLY_EXCLUSIVE,
-                                              required_if=self.REQUIRED_IF)
+        _, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
         try:
             out = self.work(args, bool(self._task.check_mode), bool(self._task.diff))
         except (ValueError, OSError) as exc:

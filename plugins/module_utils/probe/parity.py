@@ -66,7 +66,7 @@ def verdict(the_rows: list, candidate_report: dict) -> str:
 
 def table(the_rows: list) -> str:
     """A Markdown table of the rows (numbers rounded for reading; the JSON keeps them)."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join(["---"] + ["---:"] * 1 + ["---"] + ["---:"] * 4) + "|"]
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|---|---:|---|---:|---:|---:|---:|"]
     for r in the_rows:
         diff = "-" if r["first_diff"] is None else str(r["first_diff"])
         if r["first_diff"] is not None and r["baseline_margin"] is not None:

@@ -126,7 +126,15 @@ def stop(proc, grace=60.0):
             continue
 
 
-def probe_server(name, argv, out_dir, url, args, prompts, baseline=None):
+def gate_agreement_rule():
+    """The quality gate's lossless-agreement rule (its argument spec's defaults), failing on a violation."""
+    gate = gate_defaults()
+    return dp.agreement_rules.make_rule(mode="fail", tokens=gate.get("agreement_tokens"),
+                                        near_tie_margin=gate.get("near_tie_margin"),
+                                        max_late=gate.get("max_late_divergences"))
+
+
+def probe_server(name, argv, out_dir, url, args, prompts, baseline=None, rule=None):
     log_path = os.path.join(out_dir, "%s-server.log" % name)
     sys.stderr.write("ddtree-gpu-check: starting %s: %s\n" % (name, " ".join(argv)))
     t0 = time.monotonic()
@@ -136,11 +144,7 @@ def probe_server(name, argv, out_dir, url, args, prompts, baseline=None):
         raise StartError("the %s server %s" % (name, exc)) from None
     started = time.monotonic() - t0
     try:
-        defaults = gate_defaults()
-        rule = dp.agreement_rules.make_rule(mode="fail", tokens=defaults.get("agreement_tokens"),
-                                            near_tie_margin=defaults.get("near_tie_margin"),
-                                            max_late=defaults.get("max_late_divergences"))
-        report = dp.run_probe(url, prompts, baseline=baseline, agreement=rule if baseline else None)
+        report = dp.run_probe(url, prompts, baseline=baseline, agreement=rule)
     finally:
         stop(proc)
     sys.stderr.write("ddtree-gpu-check: %s healthy after %.1f s, probe %s\n" % (name, started, report["verdict"]))
@@ -172,7 +176,8 @@ def main(argv=None):
         if base["verdict"] != dp.PASS:
             raise StartError("the target alone did not pass its probe (%s): no baseline to compare with"
                              % "; ".join(base["reasons"][:3]))
-        cand, cand_s = probe_server("ddtree", argvs["ddtree"], args.out, url, args, prompts, baseline=base)
+        cand, cand_s = probe_server("ddtree", argvs["ddtree"], args.out, url, args, prompts, baseline=base,
+                                    rule=gate_agreement_rule())
         result.update(ddtree=cand, ddtree_start_s=round(cand_s, 1))
         the_rows = parity.rows(base, cand)
         result["rows"] = the_rows

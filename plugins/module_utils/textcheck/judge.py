@@ -260,6 +260,12 @@ def find_loops(text: str, max_unit: int = LOOP_MAX_UNIT) -> list[dict]:
     return out
 
 
+def _rotation_in(unit: str, text: str, first: int = 0) -> bool:
+    """Whether ``text`` holds ``unit`` rotated by ``first`` or more characters (a loop unit may
+    start anywhere in the repeated text: 'GCA' of 'CAGCAGCAG')."""
+    return any((unit[k:] + unit[:k]) in text for k in range(first, len(unit)))
+
+
 def _display_unit(unit: str) -> str:
     """Rotate a loop unit so it starts at a word boundary ('o hell' -> 'hello')."""
     for k in range(1, len(unit)):
@@ -497,6 +503,8 @@ class _Prompt(object):
         self.asks_song = bool(_SONG_RE.search(text))
         self.max_count = max([int(c) if c.isdigit() else _NUMBER_WORDS.get(c.lower(), 0)
                               for c in _COUNT_RE.findall(text)], default=0)
+        # The most repeats a request allows: the count it names with some slack, else 64.
+        self.repeat_limit = max(3, self.max_count) * 1.5 + 2 if self.max_count else 64
         self.asks_translation = bool(_TRANSLATE_RE.search(text))
         self.requested = set(g for g, rx in _LANGUAGE_NAME_RES if rx.search(text))
         self.scripts = _script_counts(_MATH_RE.sub(" ", _MARKER_ANY_RE.sub(" ", text)))
@@ -514,16 +522,14 @@ class _Prompt(object):
             return True  # a tandem repeat shown for a question about DNA
         if not self.asks_repeat:
             return False
-        limit = max(3, self.max_count) * 1.5 + 2 if self.max_count else 64
-        if repeats > limit:
+        if repeats > self.repeat_limit:
             return False
         if _TOKEN_SEQ_RE.search(unit) and any(c.isalpha() for c in unit):
             if self.covers(unit) or _is_count_text(unit):
                 return True
             # A loop unit starts anywhere in the repeated text: 'GCA' in 'CAGCAGCAG'.
             core = unit.strip().lower()
-            return len(core) >= 3 and " " not in core and any(
-                (core[k:] + core[:k]) in self.lower for k in range(1, len(core)))
+            return len(core) >= 3 and " " not in core and _rotation_in(core, self.lower, first=1)
         chars = set(c for c in unit if not c.isspace())
         return bool(chars) and all(c in self.text for c in chars) or _is_count_text(unit)
 
@@ -1228,9 +1234,7 @@ def _only_unit_reasons(stripped: str, prompt: "_Prompt") -> list:
         return []  # 'hahaha', 'lalala'
     if prompt.asks_repeat or prompt.asks_song:
         asked = "".join(c for c in prompt.lower if c.isalnum())
-        limit = max(3, prompt.max_count) * 1.5 + 2 if prompt.max_count else 64
-        if reps <= limit and (unit in asked or any(unit[k:] + unit[:k] in asked
-                                                   for k in range(1, len(unit)))):
+        if reps <= prompt.repeat_limit and _rotation_in(unit, asked):
             return []  # the prompt asks for it
     glued = not any(not c.isalnum() for c in stripped)
     if reps >= ONLY_UNIT_REPEATS or (glued and reps >= ONLY_UNIT_REPEATS_GLUED):

@@ -332,7 +332,8 @@ def handle_ddtree(site, monkeypatch):
     _cut(site, HOOK, ["_handle_ddtree"], ns)
 
     def run(**overrides):
-        cfg = dict(speculative_ddtree_budget=None, page_size=1, speculative_use_rejection_sampling=False, dp_attention=False)
+        cfg = dict(speculative_ddtree_budget=None, page_size=1, speculative_use_rejection_sampling=False, dp_attention=False,
+                   enable_linear_replayssm_spec=False)
         cfg.update(overrides)
         resolved.clear()
         ns["_handle_ddtree"](types.SimpleNamespace(**cfg))
@@ -355,6 +356,7 @@ def test_handle_ddtree_resolves_the_default_budget(handle_ddtree):
         ({"page_size": 16}, "DDTREE requires --page-size 1 (the accepted tree path is compacted token by token), got 16."),
         ({"speculative_use_rejection_sampling": True}, "DDTREE does not support --speculative-use-rejection-sampling: the tree is built from the draft's top-k log-probabilities, so there is no draft distribution per verify node."),
         ({"dp_attention": True}, "DDTREE does not support dp attention: an idle DP rank would run DFLASH's chain-shaped verify while the others run the tree."),
+        ({"enable_linear_replayssm_spec": True}, "DDTREE does not support --enable-linear-replayssm-spec: its verify ring replays a linear draft chain, not a tree."),
     ],
 )
 def test_handle_ddtree_refusals_word_for_word(handle_ddtree, overrides, message):
@@ -369,9 +371,9 @@ def test_verify_width_never_equals_the_block(site):
     assert width(32, 16) == 33 and width(7, 16) == 8
     assert width(15, 16) == 17  # would equal the block: one padding node keeps it off DFLASH's graphs
     assert all(width(b, k) != k and width(b, k) >= b + 1 for b in range(1, 80) for k in range(2, 40))
-    # the KV reservation covers the widest case (allocation_sizing reserves budget + 2)
-    sizing = (site / "sglang/srt/mem_cache/allocation_sizing.py").read_text(encoding="utf-8")
-    assert "int(spec.speculative_ddtree_budget) + 2" in sizing
+    # every width-sized buffer covers the widest case (DDTREE's max draft-token width is budget + 2)
+    sizing = (site / "sglang/srt/speculative/spec_info.py").read_text(encoding="utf-8")
+    assert "return max(cfg.speculative_num_draft_tokens, budget + 2)" in sizing
     assert max(width(b, k) - b for b in range(1, 80) for k in range(2, 40)) == 2
 
 
@@ -412,6 +414,7 @@ def test_the_lab_stand_in_repeats_the_patched_server_s_refusals(site, handle_ddt
         max=physics.DDTREE_MAX_BUDGET, budget=2000).replace("sglang.srt.speculative.ddtree_tree.", "")
     assert raised(page_size=16) == physics.DDTREE_PAGE_SIZE_ERROR.format(page_size=16)
     assert raised(speculative_use_rejection_sampling=True) == physics.DDTREE_REJECTION_ERROR
+    assert raised(enable_linear_replayssm_spec=True) == physics.DDTREE_REPLAYSSM_ERROR
     warnings = [
         n.args[0].value for n in ast.walk(_tree(site, HOOK))
         if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "warning" and n.args

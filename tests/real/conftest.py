@@ -8,13 +8,15 @@ or nothing) and puts that directory first on ``sys.path``: every test then impor
 files the sglang role would install on a host. The venv itself is never modified.
 
 No GPU exists here: ``sgl_kernel``'s compiled ops do not load, so the tests run the worker's
-Python and torch code on CPU tensors, and the real argument parser on the lab mirror's configs.
+Python and torch code on CPU tensors, 0.5.23's Triton kernels under Triton's interpreter, and the
+real argument parser on the lab mirror's configs.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -58,6 +60,10 @@ def _apply_series(scratch: Path) -> list[str]:
 def pytest_configure(config):
     if "sglang" in sys.modules:
         raise pytest.UsageError("sglang was imported before tests/real/conftest.py could patch it")
+    # Triton's interpreter: the real @triton.jit kernels (0.5.23's conv and GDN verify kernels,
+    # test_ddtree_hybrid_real.py) run on CPU tensors. Read when a kernel is defined, so before
+    # any sglang import.
+    os.environ["TRITON_INTERPRET"] = "1"
     scratch = Path(tempfile.mkdtemp(prefix="ddtree-real-sglang-"))
     config._ddtree_scratch = scratch
     shutil.copytree(_pristine_sglang(), scratch / "sglang", ignore=shutil.ignore_patterns("__pycache__"))

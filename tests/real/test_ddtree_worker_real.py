@@ -62,16 +62,25 @@ def test_real_parser_takes_every_valid_budget_and_sizes_the_kv_for_the_tree(mirr
     assert spec.speculative_ddtree_budget == want
     assert spec.speculative_num_draft_tokens == BLOCK
     width = worker._verify_width(want, BLOCK)
-    # Pool sizing (0004, allocation_sizing) and the DFlash V2 decode reservation (0004,
+    # Pool sizing (allocation_sizing, from 0004's width in spec_info) and the DFlash V2 decode reservation (0004,
     # dflash_info_v2.decode_reserve) both cover the tree verify's width, double-buffered.
     assert get_alloc_len_per_decode() >= width
     assert decode_reserve(BLOCK) == 2 * max(BLOCK, want + 2) >= 2 * width
+    # The width 0.5.23 sizes a hybrid target's per-step conv/SSM verify states from (the GDN
+    # kernels index them with the buffer's own per-request pitch): the tree fits.
+    assert runtime_context.max_speculative_num_draft_tokens() == max(BLOCK, want + 2) >= width
 
 
 def test_dflash_keeps_its_reservation(mirror):
     runtime_context.publish(parse(mirror, "DFLASH"), role="scheduler")
     assert decode_reserve(BLOCK) == 2 * BLOCK
     assert get_alloc_len_per_decode() == BLOCK
+    assert runtime_context.max_speculative_num_draft_tokens() == BLOCK
+
+
+def test_real_parser_refuses_the_replayssm_verify_ring_for_ddtree(mirror):
+    with pytest.raises(ValueError, match="DDTREE does not support --enable-linear-replayssm-spec"):
+        runtime_context.publish(parse(mirror, "DDTREE", "--enable-linear-replayssm-spec"), role="scheduler")
 
 
 @pytest.mark.parametrize("budget", ["0", str(ddtree_tree.MAX_BUDGET + 1)])
@@ -272,37 +281,6 @@ def test_a_chain_mask_on_a_branching_tree_breaks_losslessness(budget):
     prompt, n = [5, 9, 2], 120
     out, _steps, _accepted = tree_decode(prompt, n, budget, TreeMaskMode.QLEN_ONLY, break_mask=True)
     assert out != greedy(prompt, n)
-
-
-# -------------------------------------------------------------------- what start-up refuses
-
-
-class _Backend:
-    pass
-
-
-def support_check_self(backend_name: str, need_mamba: bool) -> SimpleNamespace:
-    backend = type(backend_name, (_Backend,), {})()
-    lm_head = SimpleNamespace(weight=torch.zeros((8, 4), dtype=torch.bfloat16))
-    runner = SimpleNamespace(attn_backend=backend, model=SimpleNamespace(lm_head=lm_head))
-    return SimpleNamespace(block_size=BLOCK, page_size=1, selector=None, lilicorr=None, _is_domino=False,
-                           _need_mamba_verify_commit=need_mamba, target_worker=SimpleNamespace(model_runner=runner))
-
-
-def test_the_pinned_target_is_a_hybrid_that_the_patched_worker_refuses(mirror):
-    """The pinned target (the mirror's copy of its config.json) is a Gated-DeltaNet hybrid by
-    sglang's own classification, and 0004's start-up check refuses DDTREE for such a target on
-    the backend 0.5.23 gives it. A dense target on triton passes the same check."""
-    from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
-    from sglang.srt.configs.model_config import ModelConfig
-
-    config = ModelConfig.from_server_args(parse(mirror, "DDTREE"))
-    assert hybrid_gdn_config(config) is not None
-    with pytest.raises(ValueError) as refused:
-        worker.DDTreeWorkerV2._check_ddtree_support(support_check_self("HybridLinearAttnBackend", True))
-    assert "a hybrid (mamba) target model" in str(refused.value)
-    assert "HybridLinearAttnBackend" in str(refused.value)
-    worker.DDTreeWorkerV2._check_ddtree_support(support_check_self("TritonAttnBackend", False))
 
 
 # ------------------------------------------------------------------------ ddtree-gpu-check's argv

@@ -236,6 +236,29 @@ def test_ddtree_rejection_sampling_aborts():
         " draft's top-k log-probabilities, so there is no draft distribution per verify node.")
 
 
+def test_ddtree_replayssm_verify_ring_aborts():
+    b = decide(PRO, budget_args("--enable-linear-replayssm-spec"), WORKER)
+    assert not b.serves and b.crash_phase == "args" and b.exit_code == 1
+    assert b.crash_lines[-1] == ("ValueError: DDTREE does not support --enable-linear-replayssm-spec: its verify"
+                                 " ring replays a linear draft chain, not a tree.")
+    assert decide(PRO, budget_args(), WORKER).serves
+
+
+@pytest.mark.parametrize("backend,cls", [("trtllm_mha", "TRTLLMHAAttnBackend"), ("torch_native", "TorchNativeAttnBackend")])
+def test_ddtree_worker_refuses_a_backend_without_the_tree_mask(backend, cls):
+    """0004's worker check, after the target is up (its weights, pool and graphs are logged first)."""
+    b = decide(PRO, budget_args("--attention-backend", backend), WORKER)
+    assert not b.serves and b.crash_phase == "spec_worker" and b.exit_code == 1
+    assert b.crash_lines[-1] == physics.DDTREE_BACKEND_ERROR.format(cls=cls)
+    assert "in _check_ddtree_support" in "\n".join(b.crash_lines)
+    for ok in ("triton", "flashinfer"):
+        assert decide(PRO, budget_args("--attention-backend", ok), WORKER).serves
+    dflash = ["--model-path", "m", "--speculative-algorithm", "DFLASH", "--attention-backend", backend]
+    assert decide(PRO, cli.parse_args(dflash, extra_flags=BUDGET), WORKER).serves  # DFLASH has no such check
+    # 0001-0003 only: no 0004 worker, so nothing checks the backend (DDTREE is DFLASH renamed there).
+    assert decide(PRO, budget_args("--attention-backend", backend), FULL).crash_phase != "spec_worker"
+
+
 def test_ddtree_checks_need_the_worker_source():
     # 0001-0003 only (no budget field): the parser has no budget flag, and DDTREE's page size and
     # rejection sampling are not checked at start-up (the incident's half-built states stay as they were).

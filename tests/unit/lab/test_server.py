@@ -325,6 +325,14 @@ def test_ddtree_budget_is_an_unknown_flag_without_the_worker_patch(launch):
     assert "Load weight begin" not in s.log
 
 
+def test_ddtree_worker_refuses_a_chain_only_backend_once_the_target_is_up(launch):
+    s = launch(["--speculative-algorithm", "DDTREE", "--attention-backend", "trtllm_mha"], source="ddtree_worker")
+    assert s.proc.wait(timeout=10) == 1
+    assert ("ValueError: DDTREE cannot run with target attention backend TRTLLMHAAttnBackend "
+            "(needs --attention-backend flashinfer or triton).") in s.log
+    assert "Load weight end" in s.log and "KV Cache is allocated" in s.log and "Uvicorn running" not in s.log
+
+
 def test_ddtree_budget_accepted_with_the_worker_patch(launch):
     s = launch(["--speculative-algorithm", "DDTREE", BUDGET_FLAG, "24"], source="ddtree_worker").wait_ready()
     info = requests.get(s.base + "/server_info", timeout=5).json()

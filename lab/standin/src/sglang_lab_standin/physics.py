@@ -121,6 +121,19 @@ DDTREE_PAGE_SIZE_ERROR = ("ValueError: DDTREE requires --page-size 1 (the accept
 DDTREE_REJECTION_ERROR = ("ValueError: DDTREE does not support --speculative-use-rejection-sampling: the tree is "
                           "built from the draft's top-k log-probabilities, so there is no draft distribution per "
                           "verify node.")
+DDTREE_REPLAYSSM_ERROR = ("ValueError: DDTREE does not support --enable-linear-replayssm-spec: its verify ring "
+                          "replays a linear draft chain, not a tree.")
+# 0004's worker start-up check (DDTreeWorkerV2._check_ddtree_support), after the target is up. It names
+# the class of the (full-attention) backend --attention-backend creates; the tree mask needs these two.
+DDTREE_BACKEND_ERROR = ("ValueError: DDTREE cannot run with target attention backend {cls} (needs "
+                        "--attention-backend flashinfer or triton).")
+DDTREE_TREE_MASK_CLASSES = ("FlashInferAttnBackend", "TritonAttnBackend")
+# --attention-backend -> the class 0.5.23's attention_registry creates for a non-MLA target.
+ATTENTION_BACKEND_CLASSES = {
+    "flashinfer": "FlashInferAttnBackend", "triton": "TritonAttnBackend", "fa3": "FlashAttentionBackend",
+    "fa4": "FlashAttentionBackend", "trtllm_mha": "TRTLLMHAAttnBackend", "torch_native": "TorchNativeAttnBackend",
+    "flex_attention": "TorchFlexAttnBackend",
+}
 # Logged by handle_speculative_decoding for any other (resolved) algorithm: NEXTN shows as EAGLE.
 DDTREE_BUDGET_IGNORED_WARNING = ("--speculative-ddtree-budget has no effect with speculative_algorithm={algorithm} "
                                  "(honored by DDTREE only).")
@@ -181,7 +194,7 @@ class SourceState:
 @dataclass(frozen=True)
 class Behaviour:
     outcome: str                          # "serve" or "crash"
-    crash_phase: Optional[str] = None     # "args" | "spawn" | "load_weights" | "memory_pool" | "cuda_graph"
+    crash_phase: Optional[str] = None     # "args" | "spawn" | "load_weights" | "memory_pool" | "cuda_graph" | "spec_worker"
     crash_lines: tuple = ()               # traceback lines printed on crash (last one = the error)
     exit_code: int = 0
     algorithm: Optional[str] = None       # as given (upper case), e.g. "NEXTN", "DDTREE"
@@ -339,6 +352,9 @@ def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
         elif _get(args, "speculative_use_rejection_sampling", False):
             error = DDTREE_REJECTION_ERROR
             frames.append((_src(source, hook), 490, "_handle_ddtree", "raise ValueError("))
+        elif _get(args, "enable_linear_replayssm_spec", False):
+            error = DDTREE_REPLAYSSM_ERROR
+            frames.append((_src(source, hook), 503, "_handle_ddtree", "raise ValueError("))
         if error:
             return _crash("args", _traceback(frames, error), algorithm=algo, family=family)
     elif budget is not None:
@@ -422,6 +438,21 @@ def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
     capacity = int(kv * GIB / (MODEL["kv_bytes_per_token"] / tp))
     common.update(kv_cache_gib=round(kv, 2), token_capacity=capacity,
                   graph_mem_gib=round(graph_mem, 2))
+
+    # --- 3b. the speculative worker: 0004's DDTreeWorkerV2 checks the target it got ---------------
+    # Only an explicit --attention-backend is modelled (the fleet always sets one; 0.5.23's automatic
+    # choice is not). The pinned target is a Gated-DeltaNet hybrid, which 0004 takes: the check
+    # names the hybrid backend's inner, full-attention backend.
+    backend_cls = ATTENTION_BACKEND_CLASSES.get(_get(args, "attention_backend"))
+    if (family == "DDTREE" and source.ddtree_budget_known and not fork_style and backend_cls is not None
+            and backend_cls not in DDTREE_TREE_MASK_CLASSES):
+        return _crash("spec_worker", _traceback(
+            [(_src(source, "srt/managers/scheduler.py"), 1064, "maybe_init_draft_worker",
+              "self.draft_worker = DraftWorkerClass(**draft_worker_kwargs)"),
+             (_src(source, "srt/speculative/ddtree_worker_v2.py"), 129, "__init__", "self._check_ddtree_support()"),
+             (_src(source, "srt/speculative/ddtree_worker_v2.py"), 180, "_check_ddtree_support",
+              'raise ValueError("DDTREE cannot run with " + "; ".join(problems) + ".")')],
+            DDTREE_BACKEND_ERROR.format(cls=backend_cls)), **common)
 
     # --- 4. decode behaviour --------------------------------------------------------------------
     rates = BASE_RATES.get(arch, BASE_RATES[FALLBACK_ARCH])

@@ -970,6 +970,8 @@ def main(argv: Optional[list] = None) -> int:
             crash_now()
         log(f"Capture cuda graph end. Time elapsed: {0.3 * s:.2f} s. mem usage={_gib(b.graph_mem_gib)} GB. "
             f"avail mem={_gib(avail - b.graph_mem_gib)} GB.", tp=True)
+    if b.crash_phase == "spec_worker":  # the draft worker is built once the target is up
+        crash_now()
     if not b.serves:  # pragma: no cover - every crash phase is handled above
         crash_now()
     log(f"max_total_num_tokens={b.token_capacity}, chunked_prefill_size=8192, max_prefill_tokens=16384, "

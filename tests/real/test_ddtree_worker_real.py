@@ -198,6 +198,38 @@ def test_tree_inputs_are_an_ancestor_masked_tree_for_the_budget(budget, mode):
             assert sorted(torch.nonzero(req.mask[node]).flatten().tolist()) == sorted(path), (budget, node)
 
 
+def test_the_device_mask_is_compile_trees_mask():
+    """_ddtree_inputs builds the ancestor mask on the device from the trees' parents
+    (_ancestor_mask); 0003's compile_tree builds the same mask on the host (its reference, and
+    what the worker did before): equal for every edge budget, padding nodes included."""
+    gen = torch.Generator().manual_seed(7)
+    for budget in EDGE_BUDGETS:
+        width = worker._verify_width(budget, BLOCK)
+        values, ids = draft_topk(gen, 3, budget, vocab=2000)
+        parents, masks = [], []
+        for b in range(3):
+            rows = range(b * (BLOCK - 1), (b + 1) * (BLOCK - 1))
+            tree = ddtree_tree.build_tree([list(zip(ids[r].tolist(), values[r].tolist())) for r in rows], budget)
+            compiled = ddtree_tree.compile_tree(tree, 1, 0, num_draft_tokens=width, batch_index=b)
+            parents.append(compiled.parents)
+            masks.append(compiled.attention_mask)
+        device = worker._ancestor_mask(torch.tensor(parents), min(BLOCK, budget + 1))
+        assert torch.equal(device, torch.tensor(masks, dtype=torch.bool)), budget
+
+
+def test_one_transfer_keeps_every_token_id():
+    """The top-k ids travel to the host as float64 with the log-probabilities (one copy): exact for
+    any vocabulary id (the pinned target's is 151936 entries; float64 is exact up to 2**53)."""
+    me = fake_worker(4)
+    ids = torch.tensor([[248319, 151643, 0, 2 ** 31 - 1]] * (BLOCK - 1))
+    values = torch.tensor([[-0.1, -0.2, -0.3, -0.4]] * (BLOCK - 1))
+    inputs = worker.DDTreeWorkerV2._ddtree_inputs(me, values, ids, torch.tensor([248318]), torch.tensor([9]),
+                                                  TreeMaskMode.QLEN_ONLY)
+    assert inputs["draft_token"][0] == 248318
+    assert set(inputs["draft_token"].tolist()) <= {248318, 248319, 151643, 0, 2 ** 31 - 1}
+    assert 248319 in inputs["draft_token"].tolist()
+
+
 # ------------------------------------------------------------------- a toy model, end to end
 
 

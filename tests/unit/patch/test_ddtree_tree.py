@@ -11,6 +11,7 @@ checks the kernels and fields the compiled output is laid out for.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import math
 import os
@@ -427,6 +428,39 @@ def test_build_tree_refuses_bad_input(dd, topk, budget, fragment):
     with pytest.raises(dd.DDTreeError, match=fragment):
         dd.build_tree(topk, budget)
     assert issubclass(dd.DDTreeError, ValueError)
+
+
+def test_the_fast_check_and_the_checking_loop_agree(dd):
+    """_checked_fast (whole columns, exact int/float types) gives what the per-pair loop gives:
+    the same pairs, best first, ties in their given order, tiny positive values clamped to 0.
+    A float subclass takes the loop (the fast check wants exact types), so both paths run."""
+
+    class Real(float):
+        pass
+
+    rng = random.Random(3)
+    for trial in range(300):
+        n = rng.randint(1, 40)
+        tokens = rng.sample(range(1000), n)
+        values = [-round(rng.random() * 4, 1) for _ in range(n)]  # rounded: ties happen
+        if trial % 5 == 0:
+            values[0] = dd.LOGPROB_TOLERANCE / 2
+        fast_in = [(t, float(v)) for t, v in zip(tokens, values)]
+        loop_in = [(t, Real(v)) for t, v in zip(tokens, values)]
+        assert dd._checked_fast(fast_in) is not None and dd._checked_fast(loop_in) is None
+        fast, loop = dd._validate_topk([fast_in])[0], dd._validate_topk([loop_in])[0]
+        assert fast == loop and all(type(v) is float for _, v in loop)
+        assert [v for _, v in fast] == sorted((v for _, v in fast), reverse=True)
+        assert max(v for _, v in fast) <= 0.0
+
+
+def test_compile_without_the_mask_keeps_every_other_field(dd):
+    tree = dd.build_tree([[(1, -0.1), (2, -1.0)], [(3, -0.3), (4, -0.9)]], 5)
+    full, bare = dd.compile_tree(tree, 7, 40, num_draft_tokens=8), dd.compile_tree(tree, 7, 40, 8, with_mask=False)
+    assert bare.attention_mask is None and full.attention_mask is not None
+    assert dataclasses.replace(full, attention_mask=None) == bare
+    with pytest.raises(dd.DDTreeError, match="without its mask"):
+        bare.flat_tree_mask()
 
 
 def test_max_budget_tree(dd):

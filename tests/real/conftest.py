@@ -71,6 +71,9 @@ def pytest_configure(config):
     sys.path.insert(0, str(scratch))
     import sglang  # noqa: F401  (the patched copy, from now on)
 
+    # The lab stand-in (stdlib only), whose verdicts some tests compare with the real code's.
+    sys.path.insert(0, str(REPO / "lab" / "standin" / "src"))
+
     where = Path(sys.modules["sglang"].__file__).resolve()
     if scratch.resolve() not in where.parents:
         raise pytest.UsageError(f"sglang imported from {where}, not from the patched copy in {scratch}")

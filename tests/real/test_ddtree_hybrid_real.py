@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import random
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -295,19 +294,6 @@ def test_the_pinned_hybrid_target_passes_the_start_up_check(mirror):
     worker.DDTreeWorkerV2._check_ddtree_support(start_up_self(object.__new__(TritonAttnBackend), other, False))
 
 
-def _standin_physics():
-    """The lab stand-in's physics (stdlib only), loaded from its file: this venv does not install the lab."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "lab" / "standin" / "src" / "sglang_lab_standin" / "physics.py"
-    spec = importlib.util.spec_from_file_location("ddtree_standin_physics", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_stand_in_refuses_the_backends_the_patched_worker_refuses():
     """The stand-in's spec_worker crash (lab physics) says what 0004's check raises, for the class
     0.5.23's attention registry creates for each --attention-backend it models."""
@@ -315,7 +301,8 @@ def test_the_stand_in_refuses_the_backends_the_patched_worker_refuses():
 
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
-    physics = _standin_physics()
+    from sglang_lab_standin import physics  # on sys.path by conftest.py
+
     assert set(physics.DDTREE_TREE_MASK_CLASSES) == set(worker.TREE_MASK_BACKENDS)
     for name, cls in physics.ATTENTION_BACKEND_CLASSES.items():
         assert "return %s(" % cls in inspect.getsource(ATTENTION_BACKENDS[name]), (name, cls)

@@ -205,6 +205,12 @@ def build_parser(extra_flags: Iterable[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+def source_flags(source: Any) -> tuple:
+    """The flags a patched source adds to the parser (a physics.SourceState's markers)."""
+    return ((DDTREE_FORK_FLAG,) if source.ddtree_flag_known else ()) \
+        + ((DDTREE_BUDGET_FLAG,) if source.ddtree_budget_known else ())
+
+
 def parse_args(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> argparse.Namespace:
     """Parse a launch_server argument list; SystemExit(2) on anything the real parser rejects.
 

@@ -909,8 +909,7 @@ def main(argv: Optional[list] = None) -> int:
     signal.signal(signal.SIGINT, _on_term)
 
     source = physics.inspect_source(physics.find_sglang_dir())
-    extra = ((cli.DDTREE_FORK_FLAG,) if source.ddtree_flag_known else ()) \
-        + ((cli.DDTREE_BUDGET_FLAG,) if source.ddtree_budget_known else ())
+    extra = cli.source_flags(source)
     args = cli.parse_args(argv, extra_flags=extra)   # SystemExit(2) like the real parser
     if args.model_path is None:
         cli.build_parser(extra).error("the following arguments are required: --model-path")

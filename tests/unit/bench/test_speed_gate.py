@@ -64,7 +64,11 @@ def test_the_same_configuration_regated_never_fails(standin):
         kg = _measure(standin(NEXTN, scale=2.0, env_extra=NOISE).url)
         verdicts.append(_measure(standin(NEXTN, scale=2.0, env_extra=NOISE).url, baseline=kg))
     assert [v["verdict"] for v in verdicts].count("fail") == 0, [v["reasons"] for v in verdicts]
-    assert all(0.9 < lv["ratio"] < 1.1 for v in verdicts for lv in v["levels"])
+    # Near 1, not exactly: the unit stage runs four workers on two cores, and one stand-in of a
+    # pair can lose its core for a while (0.9..1.1 failed once that way in CI). The verdicts above
+    # are the claim; this only shows the two measurements are of the same thing.
+    ratios = [lv["ratio"] for v in verdicts for lv in v["levels"]]
+    assert all(0.8 < r < 1.25 for r in ratios), ratios
 
 
 def test_a_baseline_measured_differently_is_not_compared(standin):

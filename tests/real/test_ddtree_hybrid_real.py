@@ -14,9 +14,11 @@ executed piece by piece:
    and convolves along the node's root path;
 4. the real GDN verify kernel (``TritonGDNKernel.target_verify``, the kernel the backend picks for
    a tree) starts each node from its parent's per-step state;
-5. the real ``_verify_commit_step_indices`` picks the state that run_eagle_verify commits.
+5. the real ``_verify_commit_step_indices`` (and the Triton kernel a GPU runs instead,
+   ``fused_commit_track_indices``) picks the step whose conv window and SSM state are committed,
+   and the backend's state scatter (its CPU branch) commits them.
 
-Each node's output and per-step state is compared with the same kernels run as a plain chain over
+Each node's output, conv window and per-step state is compared with the same kernels run as a plain chain over
 that node's root-to-node path (what a target without speculation computes for the accepted
 tokens). One negative control shows that the comparison fails when the tree is verified as a chain,
 the state the pinned target was in before this change.
@@ -130,12 +132,17 @@ class Layer:
         self.ssm = torch.randn((bs, HV, V, K), generator=gen)
 
     def conv(self, x, b: int, next_token=None, next_sibling=None, parent=None):
-        """causal_conv1d_update for request b over x [CONV_DIM, T]; returns (out, parents)."""
+        """causal_conv1d_update for request b over x [CONV_DIM, T] as a verify runs it: returns the
+        outputs and each step's conv window (the last CONV_WIDTH - 1 inputs on its path), in the
+        dense per-step layout the pool keeps for a tree (memory_pool.conv_window_dedup_enabled)."""
+        steps = x.shape[1]
+        windows = torch.zeros((1, steps, CONV_DIM, CONV_WIDTH - 1))
         out = causal_conv1d_update(
             x[None].clone(), self.conv_state[b:b + 1].clone(), self.conv_weight, self.conv_bias, activation="silu",
-            conv_state_indices=torch.tensor([0], dtype=torch.int32),
+            conv_state_indices=torch.tensor([0], dtype=torch.int32), intermediate_conv_window=windows,
+            intermediate_state_indices=torch.tensor([0], dtype=torch.int32),
             retrieve_next_token=next_token, retrieve_next_sibling=next_sibling, retrieve_parent_token=parent)
-        return out[0]
+        return out[0], windows[0]
 
     def recurrent(self, q, k, v, a, g, b: int, parent=None):
         """The GDN verify kernel for request b over T tokens; returns (outputs, per-step states)."""
@@ -179,7 +186,8 @@ def test_a_ddtree_verify_on_gdn_layers_equals_each_nodes_own_chain(monkeypatch, 
         parents = tree_parents(spec_info, b, width)
         assert sum(p != -1 for p in parents) == min(width - 1, budget)  # every drafted node is reachable
         parent = meta.retrieve_parent_token[b:b + 1].clone()
-        conv_out = layer.conv(x.x, b, meta.retrieve_next_token[b:b + 1], meta.retrieve_next_sibling[b:b + 1], parent)
+        conv_out, windows = layer.conv(x.x, b, meta.retrieve_next_token[b:b + 1], meta.retrieve_next_sibling[b:b + 1],
+                                       parent)
         # The conv kernel derived the parents the tree has.
         for node in range(1, width):
             if parents[node] != -1:
@@ -189,18 +197,22 @@ def test_a_ddtree_verify_on_gdn_layers_equals_each_nodes_own_chain(monkeypatch, 
             if node and parents[node] == -1:
                 continue  # the padding node (width == budget + 2): never reachable, never committed
             path = root_path(parents, node)
-            chain_conv = layer.conv(x.x[:, path], b)
+            chain_conv, chain_windows = layer.conv(x.x[:, path], b)
             assert torch.allclose(conv_out[:, node], chain_conv[:, -1], atol=1e-5), (budget, node)
+            assert torch.equal(windows[node], chain_windows[-1]), (budget, node)
             chain_out, chain_states = layer.recurrent(x.q[:, path], x.k[:, path], x.v[:, path], x.a[path], x.g[path], b)
             assert torch.allclose(out[node], chain_out[-1], atol=1e-4), (budget, node)
             assert torch.allclose(states[node], chain_states[-1], atol=1e-4), (budget, node)
 
 
 def test_the_committed_state_is_the_last_accepted_nodes(monkeypatch):
-    """run_eagle_verify commits, per request, the per-step state at the tree step that
-    _verify_commit_step_indices names. For an accepted branch that is not the first child
-    (so its steps are not 0, 1, 2, ... in the flattened tree) that must be the step of the
-    path's last node, whose state equals the chain over the accepted tokens."""
+    """After the verify, run_eagle_verify commits per request the per-step conv window and SSM
+    state at the tree step _verify_commit_step_indices names (on a GPU: its fused kernel). For
+    an accepted branch that is not the first child (so its steps are not 0, 1, 2, ... in the
+    flattened tree) that must be the step of the path's last node, whose states equal the chain's
+    over the accepted tokens. The commit itself: the backend's state scatter (its CPU branch)."""
+    from sglang.kernels.ops.mamba.mamba_state_scatter_triton import fused_commit_track_indices
+
     budget, bs = 32, 2
     spec_info, width = verify_input_from_the_worker(monkeypatch, budget, bs, seed=5)
     rng = random.Random(5)
@@ -215,24 +227,57 @@ def test_the_committed_state_is_the_last_accepted_nodes(monkeypatch):
         assert leafs, "the tree has a branch"
         path = root_path(parents, rng.choice(leafs))
         paths.append(path)
-        row = [b * width + n for n in path] + [-1] * (spec_info.ddtree_max_depth - len(path))
-        accept_rows.append(row)
+        accept_rows.append([b * width + n for n in path] + [-1] * (spec_info.ddtree_max_depth - len(path)))
         accept_lens.append(len(path))
-    batch = SimpleNamespace(mamba_track_indices=None, seq_lens=torch.tensor([7, 10]))
-    steps, track = _verify_commit_step_indices(batch=batch, accept_index=torch.tensor(accept_rows),
-                                               accept_lens=torch.tensor(accept_lens), draft_token_num=width)
-    assert track is None
+    accept_index, lens = torch.tensor(accept_rows), torch.tensor(accept_lens)
+    seq_lens = torch.tensor([62, 100])  # request 0 crosses a 64-token radix track boundary
+    batch = SimpleNamespace(mamba_track_indices=None, seq_lens=seq_lens)
+    steps, track = _verify_commit_step_indices(batch=batch, accept_index=accept_index, accept_lens=lens,
+                                               draft_token_num=width)
+    assert track is None and steps.tolist() == [p[-1] for p in paths]
+    # The CUDA path of the same choice (a Triton kernel, interpreted here), with radix tracking on.
+    fused_steps, fused_track = fused_commit_track_indices(accept_index, lens, seq_lens, width, 64)
+    assert fused_steps.tolist() == steps.tolist()
+    assert fused_track.tolist() == [paths[0][64 - 62 - 1], -1]
+
     meta = backend_metadata(spec_info, bs, width)
-    for b in range(bs):
-        assert int(steps[b]) == paths[b][-1]
-        layer = Layer(seed=900 + b, bs=bs)
-        x = layer.inputs(width)
+    pool_ssm, pool_conv = torch.zeros((1, bs, HV, V, K)), torch.zeros((1, bs, CONV_DIM, CONV_WIDTH - 1))
+    step_ssm, step_conv = torch.zeros((1, bs, width, HV, V, K)), torch.zeros((1, bs, width, CONV_DIM, CONV_WIDTH - 1))
+    layers = [Layer(seed=900 + b, bs=bs) for b in range(bs)]
+    inputs = [layer.inputs(width) for layer in layers]
+    for b, (layer, x) in enumerate(zip(layers, inputs)):
         parent = meta.retrieve_parent_token[b:b + 1].clone()
-        layer.conv(x.x, b, meta.retrieve_next_token[b:b + 1], meta.retrieve_next_sibling[b:b + 1], parent)
-        _out, states = layer.recurrent(x.q, x.k, x.v, x.a, x.g, b, parent)
+        _out, step_conv[0, b] = layer.conv(x.x, b, meta.retrieve_next_token[b:b + 1],
+                                           meta.retrieve_next_sibling[b:b + 1], parent)
+        _out, step_ssm[0, b] = layer.recurrent(x.q, x.k, x.v, x.a, x.g, b, parent)
+    slots = torch.arange(bs, dtype=torch.int32)
+    HybridLinearAttnBackend._scatter_speculative_state_with_mask(pool_ssm, step_ssm, slots, steps)
+    HybridLinearAttnBackend._scatter_speculative_state_with_mask(pool_conv, step_conv, slots, steps)
+    for b, (layer, x) in enumerate(zip(layers, inputs)):
         path = paths[b]
-        _chain_out, chain_states = layer.recurrent(x.q[:, path], x.k[:, path], x.v[:, path], x.a[path], x.g[path], b)
-        assert torch.allclose(states[int(steps[b])], chain_states[-1], atol=1e-4)
+        _out, chain_windows = layer.conv(x.x[:, path], b)
+        _out, chain_states = layer.recurrent(x.q[:, path], x.k[:, path], x.v[:, path], x.a[path], x.g[path], b)
+        assert torch.equal(pool_conv[0, b], chain_windows[-1])
+        assert torch.allclose(pool_ssm[0, b], chain_states[-1], atol=1e-4)
+
+
+def test_the_pool_keeps_dense_conv_windows_for_ddtree(mirror):
+    """0.5.23 overlaps consecutive steps' conv windows in memory (a deduplicated sliding window)
+    for a linear chain under topk 1; a tree's siblings need their own windows, so 0004 keeps the
+    dense layout for DDTREE, as 0.5.23 does for EAGLE trees (topk > 1)."""
+    from sglang.srt import runtime_context
+    from sglang.srt.mem_cache import memory_pool
+
+    from test_ddtree_worker_real import parse
+
+    on_cuda = dict(is_npu=False, is_cpu=False, speculative_eagle_topk=1, is_kda=False)
+    runtime_context.publish(parse(mirror, "DFLASH"), role="scheduler")
+    assert not memory_pool.ddtree_tree_verify()
+    assert memory_pool.conv_window_dedup_enabled(**on_cuda, tree_verify=memory_pool.ddtree_tree_verify())
+    runtime_context.publish(parse(mirror, "DDTREE"), role="scheduler")
+    assert memory_pool.ddtree_tree_verify()
+    assert not memory_pool.conv_window_dedup_enabled(**on_cuda, tree_verify=memory_pool.ddtree_tree_verify())
+    assert not memory_pool.conv_window_dedup_enabled(**{**on_cuda, "speculative_eagle_topk": 4})
 
 
 def test_a_tree_verified_as_a_chain_gets_branch_states_wrong(monkeypatch):

@@ -449,8 +449,8 @@ def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
         return _crash("spec_worker", _traceback(
             [(_src(source, "srt/managers/scheduler.py"), 1064, "maybe_init_draft_worker",
               "self.draft_worker = DraftWorkerClass(**draft_worker_kwargs)"),
-             (_src(source, "srt/speculative/ddtree_worker_v2.py"), 129, "__init__", "self._check_ddtree_support()"),
-             (_src(source, "srt/speculative/ddtree_worker_v2.py"), 180, "_check_ddtree_support",
+             (_src(source, "srt/speculative/ddtree_worker_v2.py"), 144, "__init__", "self._check_ddtree_support()"),
+             (_src(source, "srt/speculative/ddtree_worker_v2.py"), 195, "_check_ddtree_support",
               'raise ValueError("DDTREE cannot run with " + "; ".join(problems) + ".")')],
             DDTREE_BACKEND_ERROR.format(cls=backend_cls)), **common)
 

@@ -26,9 +26,10 @@ import pytest
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.utils.auth import AuthLevel, decide_request_auth
 
+from realkit import TARGET
+
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "roles" / "sglang_service" / "templates" / "sglang.service.j2"
-TARGET = "Qwen/Qwen3.6-27B"
 
 
 def _flags():

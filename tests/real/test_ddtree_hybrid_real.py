@@ -42,7 +42,8 @@ from sglang.srt.speculative import ddtree_tree
 from sglang.srt.speculative import ddtree_worker_v2 as worker
 from sglang.srt.speculative.spec_utils import _verify_commit_step_indices
 
-BLOCK = 16
+from realkit import BLOCK, parse
+
 H, HV, K, V = 2, 4, 16, 16  # GDN heads (q/k heads, v heads) and head dims, small
 CONV_DIM, CONV_WIDTH = 24, 4  # the conv1d channels and kernel width (Qwen3.5/3.6: width 4)
 VOCAB, HIDDEN = 40, 8
@@ -268,8 +269,6 @@ def test_the_pool_keeps_dense_conv_windows_for_ddtree(mirror):
     from sglang.srt import runtime_context
     from sglang.srt.mem_cache import memory_pool
 
-    from test_ddtree_worker_real import parse
-
     on_cuda = dict(is_npu=False, is_cpu=False, speculative_eagle_topk=1, is_kda=False)
     runtime_context.publish(parse(mirror, "DFLASH"), role="scheduler")
     assert not memory_pool.ddtree_tree_verify()
@@ -320,8 +319,6 @@ def test_the_pinned_hybrid_target_passes_the_start_up_check(mirror):
 
     # fa3's class by its name: its module loads sgl_kernel's compiled ops, which need a GPU.
     FlashAttentionBackend = type("FlashAttentionBackend", (), {})  # noqa: N806
-
-    from test_ddtree_worker_real import parse
 
     config = ModelConfig.from_server_args(parse(mirror, "DDTREE"))
     assert hybrid_gdn_config(config) is not None

@@ -23,25 +23,11 @@ from sglang.srt.speculative import ddtree_worker_v2 as worker
 from sglang.srt.speculative.dflash_info_v2 import decode_reserve
 from sglang.srt.speculative.eagle_utils import TreeMaskMode
 
-TARGET = "Qwen/Qwen3.6-27B"
-DRAFT = "z-lab/Qwen3.6-27B-DFlash"
-BLOCK = 16  # the draft's block_size (the mirror's config.json, as the real checkpoint's)
+from realkit import BLOCK, CPU_ONLY, DRAFT, TARGET, parse
+
 ALL_BUDGETS = range(1, ddtree_tree.MAX_BUDGET + 1)
 # Where the layout changes: width below the block, equal to it (padded), just above, far above.
 EDGE_BUDGETS = [1, 2, 3, 7, BLOCK - 3, BLOCK - 2, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK, 100, ddtree_tree.MAX_BUDGET]
-
-
-def parse(mirror, algorithm="DDTREE", *extra):
-    """The real 0.5.23 parser on the pinned target's config.
-
-    ``--device cuda`` because no accelerator exists here (the parser asks the platform for one);
-    ``--mamba-radix-cache-strategy no_buffer`` and ``--disable-overlap-schedule`` because the
-    default strategy for a hybrid target (extra_buffer) needs a GPU platform's state snapshots.
-    """
-    argv = ["--model-path", str(mirror[TARGET]), "--speculative-algorithm", algorithm,
-            "--speculative-draft-model-path", str(mirror[DRAFT]), "--page-size", "1", "--device", "cuda",
-            "--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule", *extra]
-    return prepare_server_args(argv)
 
 
 # ------------------------------------------------------------------------------------- the parser
@@ -327,11 +313,9 @@ def test_gpu_checks_command_lines_parse_under_the_real_parser(mirror):
 
     from ansible_collections.ddtree.fleet.plugins.plugin_utils.cli import gpucheck
 
-    cpu_only = ["--page-size", "1", "--device", "cuda", "--mamba-radix-cache-strategy", "no_buffer",
-                "--disable-overlap-schedule"]
     args = Namespace(python="python", module="sglang.launch_server", model_path=str(mirror[TARGET]),
                      draft_model_path=str(mirror[DRAFT]), budget=32, tp_size=1, port=31000,
-                     server_arg=cpu_only, deterministic=True)
+                     server_arg=CPU_ONLY, deterministic=True)
     argvs = gpucheck.server_argvs(args)
     target = prepare_server_args(argvs["target"][3:])
     assert target.speculative_algorithm is None and target.enable_deterministic_inference

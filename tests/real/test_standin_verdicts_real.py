@@ -27,15 +27,12 @@ from ansible_collections.ddtree.fleet.plugins.module_utils import flags
 from sglang.srt import runtime_context
 from sglang.srt.server_args import prepare_server_args
 
+from realkit import CPU_ONLY, DRAFT, TARGET
 from sglang_lab_standin import cli, physics  # on sys.path by conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
-
-TARGET, DRAFT = "Qwen/Qwen3.6-27B", "z-lab/Qwen3.6-27B-DFlash"
 PRO = [physics.Gpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0", 97887)] * 8
-# What the real parser needs on a machine without an accelerator (see test_ddtree_worker_real.parse).
-CPU_ONLY = ["--page-size", "1", "--device", "cuda", "--mamba-radix-cache-strategy", "no_buffer",
-            "--disable-overlap-schedule"]
+
 
 
 def fleet_argv(mirror, algorithm="DDTREE", budget=None, extra=()):

@@ -1,7 +1,7 @@
 """benchmark.yml: NEXTN vs DFLASH vs DDTREE through the deploy roles and gate, then known-good.
 
 Acceptance on the lab: on ct200 all three files are written and DDTREE/DFLASH output throughput
-at concurrency 1 matches the lab physics (1.24) within 5 %; on ct129 DDTREE is reported failed
+at concurrency 1 matches the lab physics within 5 %; on ct129 DDTREE is reported failed
 with evidence, and both hosts end on their known-good NEXTN unit, probed.
 """
 from __future__ import annotations
@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 import labkit
+from sglang_lab_standin import physics
+from sglang_lab_standin.server import step_sizes
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +45,28 @@ def level(result: dict, c: int) -> dict:
     return next(lv for lv in result["levels"] if lv["max_concurrency"] == c)
 
 
+def physics_seconds(lv: dict, arch: str, algorithm: str) -> float:
+    """What the stand-in's physics says one request of this level takes at concurrency 1: the
+    time to first token, then one verify step of accept_length / rate seconds per stream event
+    after the prefill one (the last step is whole even when it carries fewer tokens)."""
+    rate = physics.BASE_RATES[arch]["DFLASH"] * (physics.DDTREE_SPEEDUP if algorithm == "DDTREE" else 1.0)
+    n_out, n_in = lv["total_output_tokens"] / lv["completed"], lv["total_input_tokens"] / lv["completed"]
+    steps = len(step_sizes(round(n_out), lv["accept_length"]))
+    ttft = 0.01 + n_in / physics.PREFILL_TOKENS_PER_S
+    return ttft + (steps - 1) * lv["accept_length"] / rate
+
+
 def test_ddtree_over_dflash_matches_the_lab_physics_on_ct200(bench):
     results = {r["candidate"]: r for r in json.loads((newest("ct200") / "results.json").read_text())["results"]}
     assert {k: v["status"] for k, v in results.items()} == {"NEXTN": "ok", "DFLASH": "ok", "DDTREE": "ok"}
-    ratio = level(results["DDTREE"], 1)["output_throughput"] / level(results["DFLASH"], 1)["output_throughput"]
-    labkit.record_timing("benchmark ct200 DDTREE/DFLASH at c=1", ratio=f"{ratio:.3f}")
-    assert ratio == pytest.approx(1.24, rel=0.05)
+    dd, df = level(results["DDTREE"], 1), level(results["DFLASH"], 1)
+    ratio = dd["output_throughput"] / df["output_throughput"]
+    # The physics' 1.24 is the decode rate's; whole requests of 96 tokens also carry the TTFT and
+    # a part-filled last verify step, which the prediction counts (about 1.20 for this workload).
+    expected = physics_seconds(df, "sm120", "DFLASH") / physics_seconds(dd, "sm120", "DDTREE")
+    labkit.record_timing("benchmark ct200 DDTREE/DFLASH at c=1", ratio=f"{ratio:.3f}", physics=f"{expected:.3f}")
+    assert 1.15 < expected < 1.24
+    assert ratio == pytest.approx(expected, rel=0.05)
     assert results["DDTREE"]["workload"]["hash"] and results["DDTREE"]["gpu"]["arch"] == "sm120"
     report = (newest("ct200") / "report.md").read_text()
     assert "DDTREE" in report and "NEXTN" in report

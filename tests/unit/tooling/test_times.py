@@ -64,3 +64,30 @@ def test_a_stage_that_did_not_finish_is_shown(tmp_path):
     (tmp_path / "stages.tsv").write_text("lab up\tlab-up\t1000.0\t\t\n")
     text = times_report.render(times_report.read_stages(tmp_path / "stages.tsv"), {}, 20)
     assert "| lab up | 0:00 | 0 |  |  |  | did not finish |" in text
+
+
+def test_cpu_busy_is_read_from_the_proc_stat_samples_of_each_stage(tmp_path):
+    """run_all.sh's samples: a stage that kept both of two CPUs busy shows 100 %, an idle one 0 %;
+    a stage shorter than two samples apart, or a run without samples, shows nothing."""
+    (tmp_path / "stages.tsv").write_text("busy\tunit\t1000.0\t1020.0\t0\n"
+                                         "idle\tlint\t1020.0\t1030.0\t0\n"
+                                         "blink\treal\t1030.0\t1031.0\t0\n")
+    # every 5 s: 1000 jiffies of two CPUs; busy = user + nice + system + irq + softirq + steal
+    rows, busy, idle = [], 0, 0
+    for k in range(0, 8):
+        t = 1000.0 + 5 * k
+        if t > 1020.0:
+            idle += 1000
+        elif k:
+            busy += 1000
+        rows.append(f"{t} cpu {busy // 2} {busy // 4} {busy // 4} {idle} 0 0 0 0 0 0")
+    (tmp_path / "cpu.txt").write_text("# cores 2\n" + "\n".join(rows) + "\n")
+    stages = times_report.read_stages(tmp_path / "stages.tsv")
+    cpu = times_report.read_cpu(tmp_path / "cpu.txt")
+    assert len(cpu) == 8 and cpu[0] == (1000.0, 0, 0)
+    text = times_report.render(stages, {}, 20, cpu)
+    assert "| busy | 0:20 | 20 |  |  |  | 0 | 100 % |" in text
+    assert "| idle | 0:10 | 10 |  |  |  | 0 | 0 % |" in text
+    assert "| blink | 0:01 | 1 |  |  |  | 0 |  |" in text
+    assert "| **total** | **0:31** | 31 | 0 | | | | 67 % |" in text
+    assert "| busy | 0:20 | 20 |  |  |  | 0 |  |" in times_report.render(stages, {}, 20)

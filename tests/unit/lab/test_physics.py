@@ -200,9 +200,73 @@ def budget_args(*extra):
 def test_ddtree_budget_in_range_serves(budget):
     b = decide(PRO, budget_args(cli.DDTREE_BUDGET_FLAG, budget), WORKER)
     assert b.serves and b.ddtree_budget == int(budget) and b.warnings == ()
-    # The budget is checked, not modelled: rates and acceptance are those of DDTREE at any budget.
-    assert b.tokens_per_second == decide(PRO, budget_args(), WORKER).tokens_per_second
-    assert b.accept_length == physics.ACCEPT["DDTREE"][0]
+
+
+def test_the_reference_budget_is_the_unset_one_with_the_tables_rate_and_acceptance():
+    unset = decide(PRO, budget_args(), WORKER)
+    ref = decide(PRO, budget_args(cli.DDTREE_BUDGET_FLAG, str(physics.DDTREE_REFERENCE_BUDGET)), WORKER)
+    dflash = decide(PRO, cli.parse_args(["--model-path", "m", "--speculative-algorithm", "DFLASH"]), WORKER)
+    assert ref.tokens_per_second == unset.tokens_per_second
+    assert ref.tokens_per_second == pytest.approx(physics.DDTREE_SPEEDUP * dflash.tokens_per_second)
+    assert ref.accept_length == unset.accept_length == physics.ACCEPT["DDTREE"][0]
+    for running in (1, 2, 8, 48):   # the batch cost of the reference tree is in the base rate already
+        assert physics.batch_factor(ref, running) == 1.0
+
+
+LADDER = (8, 16, 24, 32, 48, 64, 96, 128)
+
+
+def best_budget(arch: str, running: int) -> int:
+    return max(LADDER, key=lambda b: physics.ddtree_budget_factor(b, arch, running))
+
+
+def test_the_budget_has_an_interior_optimum_that_a_bigger_batch_moves_down():
+    b1, b8 = best_budget("sm120", 1), best_budget("sm120", 8)
+    assert LADDER[0] < b8 < b1 < LADDER[-1], (b1, b8)
+    assert physics.ddtree_budget_factor(b1, "sm120") > 1.0 > physics.ddtree_budget_factor(128, "sm120")
+    # acceptance saturates: more nodes always accept more, by less and less
+    acc = [physics.ddtree_accept_length(b) for b in LADDER]
+    gains = [b - a for a, b in zip(acc, acc[1:])]
+    assert all(g > 0 for g in gains) and acc[-1] < physics.DDTREE_ACCEPT_MAX
+    # a smaller GPU pays more per node: its best tree is not bigger
+    assert best_budget("sm86", 1) <= b1
+
+
+def test_the_served_rate_and_accept_length_follow_the_budget():
+    rates = {b: decide(PRO, budget_args(cli.DDTREE_BUDGET_FLAG, str(b)), WORKER) for b in (8, 32, 48, 128)}
+    assert rates[48].tokens_per_second > rates[32].tokens_per_second > rates[8].tokens_per_second
+    assert rates[128].tokens_per_second < rates[32].tokens_per_second
+    assert rates[8].accept_length < rates[32].accept_length < rates[128].accept_length
+    # in a batch of 8 the bigger tree loses its lead: verify cost grows with the batch
+    assert (rates[48].tokens_per_second * physics.batch_factor(rates[48], 8)
+            < rates[32].tokens_per_second * physics.batch_factor(rates[32], 8))
+
+
+def nextn(*extra):
+    return decide(PRO, cli.parse_args(["--model-path", "m", "--speculative-algorithm", "NEXTN", *extra]), WORKER)
+
+
+def test_nextn_parameters_resolve_as_0523_does_and_have_an_interior_optimum():
+    ref = nextn("--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
+    assert ref.tokens_per_second == nextn().tokens_per_second == physics.BASE_RATES["sm120"]["EAGLE"]
+    assert ref.accept_length == physics.ACCEPT["EAGLE"][0]
+    # topk 1: the draft tokens are num_steps + 1 whatever is given
+    assert physics.eagle_params(cli.parse_args(["--model-path", "m", "--speculative-num-steps", "5",
+                                                "--speculative-num-draft-tokens", "2"])) == (5, 1, 6)
+    steps = {s: physics.eagle_params_factor(s, 1, s + 1, "sm120") for s in range(1, 10)}
+    best = max(steps, key=steps.get)
+    assert 3 < best < 9 and steps[best] > 1.0 > steps[1]
+    deeper = nextn("--speculative-num-steps", str(best), "--speculative-eagle-topk", "1")
+    assert deeper.tokens_per_second == pytest.approx(ref.tokens_per_second * steps[best])
+    assert deeper.accept_length > ref.accept_length
+
+
+def test_a_batch_above_the_biggest_decode_graph_runs_eagerly():
+    b = decide(PRO, cli.parse_args(["--model-path", "m", "--speculative-algorithm", "NEXTN",
+                                    "--cuda-graph-max-bs-decode", "16"]), WORKER)
+    assert b.cuda_graph_decode and b.cuda_graph_max_bs_decode == 16
+    assert physics.batch_factor(b, 16) == 1.0
+    assert physics.batch_factor(b, 17) == physics.CUDA_GRAPH_OFF_FACTOR
 
 
 @pytest.mark.parametrize("budget", ["0", "1024", "-3"])

@@ -79,6 +79,24 @@ ACCEPT = {
     "DDTREE": (5.2, 0.27),
 }
 
+# Tuning curves (issue 29; docs/lab-physics.md, "Tuning curves"). Each family's rate and accept
+# length above hold at its reference parameters; these move them off those. Acceptance grows and
+# saturates with the draft's reach; every draft step and every verified token adds to the step
+# time, the more so on smaller GPUs and, for the tree, in bigger batches. So each knob has an
+# interior optimum, and it differs per architecture. Simulated: the shape is the one DDTree's paper
+# and SGLang's bench_speculative report, the constants are the lab's.
+DDTREE_REFERENCE_BUDGET = 32          # 0003's DEFAULT_BUDGET, the budget of the 1.24 x DFLASH figure
+DDTREE_ACCEPT_MAX = 6.0               # accept length as the budget grows without bound
+DDTREE_ACCEPT_SCALE = 17.46           # budget scale of the saturation: accept(32) = 5.2 = ACCEPT["DDTREE"]
+DDTREE_NODE_COST = {"sm80": 0.009, "sm86": 0.012, "sm89": 0.010, "sm90": 0.004, "sm100": 0.003, "sm120": 0.005}
+DDTREE_NODE_COST_PER_EXTRA_REQ = 0.15  # a tree node's verify cost x (1 + 0.15 (running - 1))
+EAGLE_REFERENCE = (3, 1, 4)           # (num_steps, eagle_topk, num_draft_tokens) of the EAGLE rate
+EAGLE_TOKEN_ACCEPT = 0.832            # a draft token's acceptance at topk 1: accept(3, 1, 4) = 3.10
+EAGLE_DRAFT_STEP_COST = 0.12          # step time per draft step, relative to one target step
+EAGLE_DRAFT_TOPK_COST = 0.3           # each draft step costs x (1 + 0.3 (topk - 1)): topk branches
+EAGLE_TOPK_GAIN = 0.35                # a step's rejection chance / topk ** 0.35
+EAGLE_VERIFY_TOKEN_COST = {"sm80": 0.02, "sm86": 0.025, "sm89": 0.02, "sm90": 0.008, "sm100": 0.006, "sm120": 0.01}
+
 # DDTREE with DFLASH-family support on sm86: every verify step yields NaN logits -> token 0 "!".
 BANG_ARCHES = ("sm86",)
 BANG_RATE = 0.057                  # tokens/s on average (the incident's 8 tokens in 141 s)
@@ -257,6 +275,67 @@ def tp_factor(tp_size: int) -> float:
 def per_stream_rate(rate: float, running: int) -> float:
     """Rate of one stream while ``running`` requests decode together (mild batching penalty)."""
     return rate / (1.0 + BATCH_PENALTY_PER_EXTRA_REQ * max(0, running - 1))
+
+
+def ddtree_accept_length(budget: int) -> float:
+    """DDTREE's accept length with a tree of ``budget`` nodes besides the root."""
+    return 1.0 + (DDTREE_ACCEPT_MAX - 1.0) * (1.0 - math.exp(-max(1, budget) / DDTREE_ACCEPT_SCALE))
+
+
+def ddtree_budget_factor(budget: int, arch: str, running: int = 1) -> float:
+    """DDTREE's rate at ``budget`` relative to its rate at the reference budget, with ``running``
+    requests in the batch: accept length over step time, each relative to the reference's."""
+    node = DDTREE_NODE_COST.get(arch, DDTREE_NODE_COST[FALLBACK_ARCH]) \
+        * (1.0 + DDTREE_NODE_COST_PER_EXTRA_REQ * max(0, running - 1))
+
+    def speed(b: int) -> float:
+        return ddtree_accept_length(b) / (1.0 + node * (max(1, b) + 1))
+    return speed(budget) / speed(DDTREE_REFERENCE_BUDGET)
+
+
+def eagle_accept_length(steps: int, topk: int, draft_tokens: int) -> float:
+    """EAGLE/NEXTN's accept length: a chain of ``steps`` draft tokens (at most draft_tokens - 1
+    verified), each accepted with EAGLE_TOKEN_ACCEPT at topk 1; more candidates per step (topk)
+    raise each step's acceptance, with diminishing returns."""
+    p = 1.0 - (1.0 - EAGLE_TOKEN_ACCEPT) / max(1, topk) ** EAGLE_TOPK_GAIN
+    depth = max(0, min(steps, draft_tokens - 1))
+    return 1.0 + sum(p ** i for i in range(1, depth + 1))
+
+
+def eagle_params(args: Any) -> tuple:
+    """(num_steps, eagle_topk, num_draft_tokens) as 0.5.23 resolves them for the EAGLE family:
+    unset ones at EAGLE_REFERENCE, and with topk 1 the draft tokens are num_steps + 1
+    (speculative_hook: "adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1")."""
+    steps = _get(args, "speculative_num_steps")
+    topk = _get(args, "speculative_eagle_topk")
+    draft = _get(args, "speculative_num_draft_tokens")
+    steps = int(steps) if steps is not None else EAGLE_REFERENCE[0]
+    topk = int(topk) if topk is not None else EAGLE_REFERENCE[1]
+    draft = int(draft) if draft is not None else EAGLE_REFERENCE[2]
+    return steps, topk, (steps + 1 if topk == 1 else draft)
+
+
+def eagle_params_factor(steps: int, topk: int, draft_tokens: int, arch: str) -> float:
+    """EAGLE/NEXTN's rate at these parameters relative to its rate at EAGLE_REFERENCE."""
+    verify = EAGLE_VERIFY_TOKEN_COST.get(arch, EAGLE_VERIFY_TOKEN_COST[FALLBACK_ARCH])
+
+    def speed(s: int, k: int, d: int) -> float:
+        draft_step = EAGLE_DRAFT_STEP_COST * (1.0 + EAGLE_DRAFT_TOPK_COST * (max(1, k) - 1))
+        return eagle_accept_length(s, k, d) / (1.0 + draft_step * s + verify * d)
+    return speed(steps, topk, draft_tokens) / speed(*EAGLE_REFERENCE)
+
+
+def batch_factor(b: "Behaviour", running: int) -> float:
+    """What a batch of ``running`` requests does to one stream's rate beyond per_stream_rate: a
+    batch larger than the biggest captured decode graph runs eagerly, and a DDTree verify grows
+    with the batch (relative to the reference budget's, whose batch cost the base rate holds)."""
+    factor = 1.0
+    if b.cuda_graph_decode and b.cuda_graph_max_bs_decode and running > b.cuda_graph_max_bs_decode:
+        factor *= CUDA_GRAPH_OFF_FACTOR
+    if b.family == "DDTREE" and b.text_mode == "correct" and running > 1:
+        budget = b.ddtree_budget or DDTREE_REFERENCE_BUDGET
+        factor *= ddtree_budget_factor(budget, b.arch, running) / ddtree_budget_factor(budget, b.arch, 1)
+    return factor
 
 
 def decode_cuda_graph_enabled(args: Any) -> bool:
@@ -461,8 +540,9 @@ def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
     first_crash = None
     text_mode = "correct"
     if family == "DDTREE":
-        rate = rates["DFLASH"] * DDTREE_SPEEDUP * modifier
-        accept_length, accept_rate = ACCEPT["DDTREE"]
+        tree_budget = int(budget) if budget is not None else DDTREE_REFERENCE_BUDGET
+        rate = rates["DFLASH"] * DDTREE_SPEEDUP * modifier * ddtree_budget_factor(tree_budget, arch)
+        accept_length, accept_rate = round(ddtree_accept_length(tree_budget), 2), ACCEPT["DDTREE"][1]
         if not ddtree_dflash:
             first_crash = "ValueError: " + dim_mismatch_message()
             notes.append("DDTREE registered but not DFLASH-family; files without DDTREE: "
@@ -472,6 +552,10 @@ def decide(gpus: Sequence[Gpu], args: Any, source: SourceState) -> Behaviour:
             rate = BANG_RATE
             accept_length, accept_rate = BANG_ACCEPT
             notes.append(f"DDTREE tree verify on {arch}: NaN logits, token 0 every step")
+    elif family == "EAGLE":
+        steps, topk, draft = eagle_params(args)
+        rate = rates[family] * modifier * eagle_params_factor(steps, topk, draft, arch)
+        accept_length, accept_rate = round(eagle_accept_length(steps, topk, draft), 2), ACCEPT[family][1]
     else:
         rate = rates[family] * modifier
         accept_length, accept_rate = ACCEPT[family]

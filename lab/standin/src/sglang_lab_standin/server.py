@@ -219,7 +219,8 @@ class LabEngine:
             self.cond.notify()
 
     def stream_rate(self) -> float:
-        return physics.per_stream_rate(self.rate, max(1, self.running))
+        running = max(1, self.running)
+        return physics.per_stream_rate(self.rate, running) * physics.batch_factor(self.b, running)
 
     def request_factor(self) -> float:
         """This generation's rate factor: log-normal jitter (DDTREE_LAB_RATE_JITTER) times the cold

@@ -86,8 +86,12 @@ def test_service_started_by_hand_runs_drift_and_writes_the_report(control_node):
 
 def test_a_second_run_never_overlaps(control_node):
     # Hold the run lock the way a running drift would; the service must give up at once.
+    # Wait until the holder really has the lock (a fixed sleep lost the race under CI load, and
+    # the drift then ran and exited 0): flock -n fails only while it is held.
     labkit.ssh("ct200", "mkdir -p /run/ddtree-fleet && systemd-run --unit=hold-drift-lock --collect "
-                        "flock /run/ddtree-fleet/drift.lock sleep 30 && sleep 1")
+                        "flock /run/ddtree-fleet/drift.lock sleep 60 && "
+                        "for i in $(seq 100); do flock -n /run/ddtree-fleet/drift.lock true || exit 0; sleep 0.1; done; "
+                        "echo 'the holder never took the lock' >&2; exit 1")
     t0 = time.monotonic()
     res = labkit.ssh("ct200", "systemctl start ddtree-drift.service", check=False, timeout=120)
     took = time.monotonic() - t0

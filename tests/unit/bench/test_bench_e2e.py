@@ -33,9 +33,12 @@ def test_run_measures_configured_rate_and_report(standin, tmp_path):
     assert c1["completed"] == 4 and c1["errors"] == 0
     assert c1["total_output_tokens"] == 4 * TOKENS           # ignore_eos: exactly N each
     rate = NEXTN_SM120 * SCALE                               # 192 tok/s configured
-    # output throughput includes the TTFT of each request, so it sits a little below
-    assert 0.85 * rate <= c1["output_throughput"] <= 1.02 * rate, c1["output_throughput"]
-    assert 0.9 * rate <= 1000.0 / c1["mean_tpot_ms"] <= 1.03 * rate
+    # Output throughput includes the TTFT of each request, so it sits a little below. The upper
+    # bounds are the check (the client must not report more than the server paces); the lower
+    # ones only catch a gross slowdown: this runs beside three other unit-test workers and the
+    # lab's start-up on two cores (CI measured 0.84 of the ideal once).
+    assert 0.75 * rate <= c1["output_throughput"] <= 1.02 * rate, c1["output_throughput"]
+    assert 0.8 * rate <= 1000.0 / c1["mean_tpot_ms"] <= 1.03 * rate
     assert c1["accept_length"] == 3.1 and c1["accept_length_source"] == "server_info"
     per_stream_4 = rate / (1 + 0.04 * 3)                     # batching penalty
     # The upper bound is the check (without the penalty: 4 x 192 = 768 > 699). The lower one only

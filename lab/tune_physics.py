@@ -42,7 +42,6 @@ HOSTS = {
     "sm86": LabHost("ct129", (Gpu("NVIDIA RTX A6000", "8.6", 49140),) * 2, 2, "flashinfer"),
 }
 JITTER = 0.03          # the stand-in's DDTREE_LAB_RATE_JITTER default
-ROUNDS = {"screen": 3, "confirm": 8}
 PROMPT_TOKENS = 180    # the speed gate workload's mean prompt
 ITL_P50_OVER_MEAN = 1.0
 ITL_P99_OVER_MEAN = 1.3
@@ -65,7 +64,8 @@ def argv(config: dict, host: LabHost) -> list:
     return out
 
 
-def measure(arch: str, config: dict, fidelity: str, concurrency=(1, 4, 16), seed: str = "") -> dict:
+def measure(arch: str, config: dict, fidelity: str, concurrency=(1, 4, 16), rounds: int = 3,
+            seed: str = "") -> dict:
     """One trial's outcome: {status, stage, reason, levels: [{concurrency, rounds, itl_p50_ms, itl_p99_ms,
     ttft_p50_ms, ttft_p99_ms}]}."""
     host = HOSTS[arch]
@@ -86,7 +86,7 @@ def measure(arch: str, config: dict, fidelity: str, concurrency=(1, 4, 16), seed
         stream = physics.per_stream_rate(b.tokens_per_second, running) * physics.batch_factor(b, running)
         levels.append({"concurrency": int(c),
                        "rounds": [round(running * stream * noise.lognormvariate(0.0, JITTER), 3)
-                                  for _ in range(ROUNDS[fidelity])],
+                                  for _ in range(rounds)],
                        "itl_p50_ms": round(1000.0 / stream * ITL_P50_OVER_MEAN, 3),
                        "itl_p99_ms": round(1000.0 / stream * ITL_P99_OVER_MEAN, 3),
                        "ttft_p50_ms": round(ttft * 1000.0, 3), "ttft_p99_ms": round(ttft * 1000.0 * 1.5, 3)})

@@ -4,9 +4,10 @@
 #
 # Pure logic, no I/O: the search space, a trial's record and its score at a latency bound, the
 # search itself, its bound on trials, the winner's gain over the known-good with an interval, and
-# the group_vars it proposes. Whatever runs the trials (the playbook, through the one gated
-# candidate path: watchdog, probe, lossless agreement, the speed gate's load runner; or a bench
-# against the lab physics) records each outcome and asks ``next_trial`` what to run next.
+# the group_vars it proposes. Whatever runs the trials records each outcome and asks
+# ``next_trial`` what to run next: today the unit tests and tests/bench/tune_search.py against the
+# lab physics (lab/tune_physics.py); next the playbook tune.yml (docs/tune.md), through the one
+# gated candidate path (watchdog, probe, lossless agreement, the speed gate's load runner).
 #
 # The search is plain sequential code (``_search``) that asks a ``measure`` callback for each
 # trial. ``next_trial`` replays it over the recorded trials: a trial already recorded is answered
@@ -19,13 +20,13 @@
 #      top of the ladder like vLLM's auto_tune (each step a trial that may crash: recorded, never
 #      proposed). It holds for the rest of the search; a bigger decode-graph batch that no
 #      longer starts there steps it down again, for that batch only.
-#   2. screen: every algorithm at its warm knobs, with few requests.
+#   2. screen: every algorithm at its warm knobs, with few rounds.
 #   3. successive halving: the best ``keep`` algorithms that served go on; each climbs its own
 #      knob's ladder (the DDTree budget, the NEXTN depth) from the warm value, one rung at a time in
 #      the direction that improves, while the score improves by more than ``min_gain``.
 #   4. the leader's decode-graph max batch, climbed the same way.
 #   5. confirm: the best ``keep`` distinct configurations and the warm start (the known-good
-#      configuration) again with more requests; the winner is the best confirmed score.
+#      configuration) again with more rounds; the winner is the best confirmed score.
 # A configuration that failed (start, serve, quality or lossless gate) scores nothing at any
 # stage and can never be the winner or the proposal.
 
@@ -34,10 +35,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from statistics import median
 
-try:  # the speed gate's statistics, for the winner's gain interval
-    from ansible_collections.ddtree.fleet.plugins.module_utils.speed import shift_interval
-except ImportError:  # pragma: no cover - outside a collection tree (the lab's bench imports it flat)
-    from speed import shift_interval  # type: ignore
+# The speed gate's statistics, for the winner's gain interval.
+from ansible_collections.ddtree.fleet.plugins.module_utils.speed import shift_interval
 
 ALGORITHMS = ("NEXTN", "DFLASH", "DDTREE")
 # The latency percentiles the speed gate's load runner reports per level (sglang_speed_gate).
@@ -178,8 +177,8 @@ class Settings:
     latency_metric: str = "itl_p99_ms"
     latency_bound_ms: float = 60.0
     max_trials: int = 30
-    screen_requests: int = 8     # requests per concurrency level while searching
-    confirm_requests: int = 32   # and in the confirmation
+    screen_rounds: int = 3       # speed-gate rounds per concurrency level while searching
+    confirm_rounds: int = 8      # and in the confirmation (the gain interval needs a few)
     keep: int = 2                # algorithms kept after the screen; configurations confirmed
     min_gain: float = 0.03       # a climb goes on while the score improves by more than this (above the noise)
     confidence: float = 0.95     # of the winner's gain interval
@@ -191,11 +190,14 @@ class Settings:
             raise TuneError("tune_latency_metric %r is not one of %s" % (self.latency_metric, ", ".join(LATENCY_METRICS)))
         if not self.latency_bound_ms > 0:
             raise TuneError("tune_latency_bound_ms must be > 0; got %r" % (self.latency_bound_ms,))
-        if self.max_trials < 1 or self.keep < 1 or self.screen_requests < 1 or self.confirm_requests < 1:
-            raise TuneError("tune_max_trials, tune_keep, tune_screen_requests and tune_confirm_requests must be >= 1")
+        if self.max_trials < 1 or self.keep < 1 or self.screen_rounds < 1 or self.confirm_rounds < 1:
+            raise TuneError("tune_max_trials, tune_keep, tune_screen_rounds and tune_confirm_rounds must be >= 1")
         if not 0.0 <= self.min_gain < 1.0 or not 0.5 <= self.confidence < 1.0:
             raise TuneError("tune_min_gain must be in [0, 1) and tune_confidence in [0.5, 1)")
         return self
+
+    def rounds(self, fidelity: str) -> int:
+        return self.confirm_rounds if fidelity == CONFIRM else self.screen_rounds
 
 
 # ------------------------------------------------------------------------------------- records
@@ -397,7 +399,7 @@ def search(space: Space, group_vars: dict, settings: Settings, measure) -> dict:
 def next_trial(space: Space, group_vars: dict, settings: Settings, records) -> dict:
     """What to run next, from the recorded trials alone.
 
-    Returns {done: false, next: {id, config, group_vars, fidelity, requests}, asked, reused} while
+    Returns {done: false, next: {id, config, group_vars, fidelity, rounds}, asked, reused} while
     a trial is missing, and {done: true, winner, stopped, asked, reused} once the search is over
     (``asked``: the trials the search has asked for so far, ``reused``: how many of them were
     answered from records)."""
@@ -413,11 +415,10 @@ def next_trial(space: Space, group_vars: dict, settings: Settings, records) -> d
     try:
         result = search(space, group_vars, settings, measure)
     except _NeedTrial as need:
-        requests = settings.confirm_requests if need.fidelity == CONFIRM else settings.screen_requests
         return {"done": False, "asked": len(used) + 1, "reused": len(used),
                 "next": {"id": record_id(need.config, need.fidelity), "config": asdict(need.config),
                          "group_vars": need.config.group_vars(), "fidelity": need.fidelity,
-                         "requests": requests}}
+                         "rounds": settings.rounds(need.fidelity)}}
     winner = result["winner"]
     return {"done": True, "asked": len(result["trials"]), "reused": len(used), "stopped": result["stopped"],
             "winner": None if winner is None else {"config": asdict(winner), "key": winner.key,

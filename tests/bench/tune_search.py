@@ -41,7 +41,8 @@ def run(arch: str, settings: tune.Settings, space: tune.Space, seed: str) -> dic
     records = []
 
     def measure(config, fidelity):
-        out = tune_physics.measure(arch, asdict(config), fidelity, settings.concurrency, seed=seed)
+        out = tune_physics.measure(arch, asdict(config), fidelity, settings.concurrency,
+                                    rounds=settings.rounds(fidelity), seed=seed)
         rec = tune.trial_record(config, fidelity, out["status"], out["levels"], out["stage"], out["reason"])
         records.append(rec)
         return rec

@@ -33,7 +33,8 @@ def lab_measure(arch: str, settings: Settings, calls: list | None = None, seed: 
     def measure(config: Config, fidelity: str) -> dict:
         if calls is not None:
             calls.append(tune.record_id(config, fidelity))
-        out = tune_physics.measure(arch, asdict(config), fidelity, settings.concurrency, seed=seed)
+        out = tune_physics.measure(arch, asdict(config), fidelity, settings.concurrency,
+                                    rounds=settings.rounds(fidelity), seed=seed)
         return tune.trial_record(config, fidelity, out["status"], out["levels"], out["stage"], out["reason"])
     return measure
 
@@ -97,6 +98,7 @@ def test_replay_resumes_an_interrupted_tune_and_a_second_run_reuses_every_trial(
         assert not step["done"] and step["reused"] == len(records)
         cfg = Config.from_dict(step["next"]["config"])
         assert step["next"]["group_vars"]["sglang_speculative_algorithm"] == cfg.algorithm
+        assert step["next"]["rounds"] == settings.rounds(step["next"]["fidelity"])
         records.append(measure(cfg, step["next"]["fidelity"]))
     ran = len(records)
     while True:

@@ -261,16 +261,14 @@ class _Run:
     space: Space
     settings: Settings
     measure: object                               # (config, fidelity) -> record
-    trials: list = field(default_factory=list)    # record ids, in the order the search asked
-    seen: dict = field(default_factory=dict)      # record id -> (config, record)
+    seen: dict = field(default_factory=dict)      # record id -> (config, record), in the order asked
 
     def get(self, config: Config, fidelity: str = SCREEN) -> dict:
         config = config.canonical()
         rid = record_id(config, fidelity)
         if rid not in self.seen:
-            if len(self.trials) >= self.settings.max_trials:
+            if len(self.seen) >= self.settings.max_trials:
                 raise _Budget()
-            self.trials.append(rid)
             self.seen[rid] = (config, self.measure(config, fidelity))
         return self.seen[rid][1]
 
@@ -378,7 +376,7 @@ def _search(space: Space, warm: dict, settings: Settings, measure) -> dict:
                 served.append((rid.endswith("@" + CONFIRM), s[0], cfg))
         if served:
             winner = sorted(served, key=lambda t: (not t[0], -t[1], t[2].key))[0][2]
-    return {"trials": list(run.trials), "winner": winner, "stopped": stopped, "current": current}
+    return {"trials": list(run.seen), "winner": winner, "stopped": stopped, "current": current}
 
 
 def warm_configs(space: Space, group_vars: dict) -> dict:

@@ -64,13 +64,28 @@ def argv(config: dict, host: LabHost) -> list:
     return out
 
 
+def behaviour(arch: str, config: dict) -> physics.Behaviour:
+    """What the stand-in would do with this configuration on the architecture's lab host."""
+    host = HOSTS[arch]
+    return physics.decide(host.gpus, cli.parse_args(argv(config, host), extra_flags=[cli.DDTREE_BUDGET_FLAG]),
+                          PATCHED)
+
+
+def stream_rates(b: physics.Behaviour, concurrency) -> list:
+    """(concurrency, requests running, one stream's tokens/s) per level, as the stand-in paces them."""
+    out = []
+    for c in concurrency:
+        running = min(int(c), b.max_running_requests)
+        out.append((int(c), running, physics.per_stream_rate(b.tokens_per_second, running)
+                    * physics.batch_factor(b, running)))
+    return out
+
+
 def measure(arch: str, config: dict, fidelity: str, concurrency=(1, 4, 16), rounds: int = 3,
             seed: str = "") -> dict:
     """One trial's outcome: {status, stage, reason, levels: [{concurrency, rounds, itl_p50_ms, itl_p99_ms,
     ttft_p50_ms, ttft_p99_ms}]}."""
-    host = HOSTS[arch]
-    b = physics.decide(host.gpus, cli.parse_args(argv(config, host), extra_flags=[cli.DDTREE_BUDGET_FLAG]),
-                       PATCHED)
+    b = behaviour(arch, config)
     if not b.serves:
         return {"status": "failed", "stage": "start", "reason": b.crash_lines[-1] if b.crash_lines else b.crash_phase,
                 "levels": []}
@@ -81,10 +96,8 @@ def measure(arch: str, config: dict, fidelity: str, concurrency=(1, 4, 16), roun
     noise = random.Random(int.from_bytes(digest[:8], "big"))
     ttft = 0.01 + PROMPT_TOKENS / physics.PREFILL_TOKENS_PER_S
     levels = []
-    for c in concurrency:
-        running = min(int(c), b.max_running_requests)
-        stream = physics.per_stream_rate(b.tokens_per_second, running) * physics.batch_factor(b, running)
-        levels.append({"concurrency": int(c),
+    for c, running, stream in stream_rates(b, concurrency):
+        levels.append({"concurrency": c,
                        "rounds": [round(running * stream * noise.lognormvariate(0.0, JITTER), 3)
                                   for _ in range(rounds)],
                        "itl_p50_ms": round(1000.0 / stream * ITL_P50_OVER_MEAN, 3),
@@ -96,15 +109,8 @@ def measure(arch: str, config: dict, fidelity: str, concurrency=(1, 4, 16), roun
 def true_score(arch: str, config: dict, bound_ms: float, concurrency=(1, 4, 16)):
     """The noiseless score (best throughput within a bound on the p99 inter-token latency), None
     when it fails."""
-    host = HOSTS[arch]
-    b = physics.decide(host.gpus, cli.parse_args(argv(config, host), extra_flags=[cli.DDTREE_BUDGET_FLAG]),
-                       PATCHED)
+    b = behaviour(arch, config)
     if not b.serves or b.text_mode != "correct" or b.first_request_crash:
         return None
-    best = 0.0
-    for c in concurrency:
-        running = min(int(c), b.max_running_requests)
-        stream = physics.per_stream_rate(b.tokens_per_second, running) * physics.batch_factor(b, running)
-        if 1000.0 / stream * ITL_P99_OVER_MEAN <= bound_ms:
-            best = max(best, running * stream)
-    return best
+    return max([running * stream for _, running, stream in stream_rates(b, concurrency)
+                if 1000.0 / stream * ITL_P99_OVER_MEAN <= bound_ms] or [0.0])
